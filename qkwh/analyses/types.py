@@ -1,0 +1,66 @@
+"""Inputs and outputs shared by the pure analyses.
+
+Every analysis takes a :class:`HeadData` (numpy arrays of one head's q rows and its GQA-mapped
+k rows) plus its frozen parameter object from :mod:`qkwh.params`, and returns a
+:class:`AnalysisResult`: a mapping from a warehouse table name (spec §2) to the columns of the
+rows it contributes for that head.  Column names are the spec's; the head key
+(model_id, layer, q_head, k_head) and ``config_id`` are added by the compute layer, never here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class HeadData:
+    """One analysed head: Q (n_q x d) and K (n_k x d) with their row metadata.
+
+    Attributes
+    ----------
+    q : (n_q, d) float array (float32 on disk; analyses accumulate in float64)
+    q_pos, q_example, q_bucket : (n_q,) int arrays: position t_i, example e_i, bucket b_i
+    k : (n_k, d) float array
+    k_pos, k_example, k_bucket : (n_k,) int arrays: position s_j, example e_j, bucket c_j
+    context_length : L_ctx in tokens (spec §1.4 / §2.3.8c)
+    bucket_size : capture bucket size m in tokens
+    sliding_window : window in tokens, or None for full attention
+    layer, q_head : only used to derive seeds (spec §2.3.5), never for I/O
+    """
+
+    q: np.ndarray
+    q_pos: np.ndarray
+    q_example: np.ndarray
+    q_bucket: np.ndarray
+    k: np.ndarray
+    k_pos: np.ndarray
+    k_example: np.ndarray
+    k_bucket: np.ndarray
+    context_length: int
+    bucket_size: int
+    sliding_window: int | None = None
+    layer: int = 0
+    q_head: int = 0
+
+    @property
+    def d(self) -> int:
+        return int(self.q.shape[1])
+
+
+# table name -> column name -> 1-D array (all columns of one table have equal length)
+Columns = dict[str, np.ndarray]
+
+
+@dataclass
+class AnalysisResult:
+    """Rows one analysis produces for one head, keyed by warehouse table name."""
+
+    tables: dict[str, Columns] = field(default_factory=dict)
+
+    def add(self, table: str, columns: Columns) -> None:
+        lengths = {len(np.atleast_1d(v)) for v in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of {table} have different lengths: {sorted(lengths)}")
+        self.tables[table] = {k: np.atleast_1d(v) for k, v in columns.items()}

@@ -1,0 +1,1 @@
+"""qkwh.reports."""
