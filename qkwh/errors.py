@@ -1,0 +1,28 @@
+"""Project-wide exceptions.  The CLI turns any :class:`QkwhError` into one line on stderr and a
+non-zero exit code; anything else is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+
+class QkwhError(Exception):
+    """A user-facing failure with a one-line, actionable message."""
+
+    exit_code: int = 1
+
+
+class InputError(QkwhError):
+    """Bad input data: the message names the file and the problem."""
+
+    exit_code = 2
+
+
+class WarehouseLockedError(QkwhError):
+    """Another process holds the warehouse file."""
+
+    exit_code = 3
+
+
+class NotFoundError(QkwhError):
+    """A model, table or file asked for does not exist."""
+
+    exit_code = 4
