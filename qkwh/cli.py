@@ -1,0 +1,151 @@
+"""The ``qkwh`` command line: a thin face over the library (nothing imports this module)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from qkwh.errors import QkwhError
+
+app = typer.Typer(
+    help="qkwh: a DuckDB warehouse of sniffed post-RoPE Q/K vectors and the attention-geometry "
+    "metrics computed from them (PCA, planar rotation, attention plasticity).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+WarehouseOpt = Annotated[
+    Optional[Path],
+    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else warehouse/qkwh.duckdb)."),
+]
+
+
+def _friendly(fn):
+    """Turn a QkwhError into one line on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except QkwhError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("interrupted; nothing half-written was kept")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# ingest / catalog
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@_friendly
+def ingest(
+    source: Annotated[str, typer.Argument(help="A sniffed dataset folder, or hf://datasets/OWNER/NAME@BRANCH.")],
+    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under (needed when the model is not in configs/models.csv).")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for Hub sources (default: the HF cache).")] = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Validate a sniffed dataset and register it in the warehouse.
+
+    Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (spec §1.6), and replaces the model's
+    catalog (models, files, heads, ingest_findings, the vectors view) in one transaction.
+    Ingesting the same source twice changes nothing.
+    """
+    from qkwh.ingest import ingest as run
+
+    report = run(source, warehouse=warehouse, model_id=model_id, cache_dir=cache_dir,
+                 on_progress=lambda m: err.print(m, style="dim"))
+    out.print(report.summary())
+    for f in report.findings:
+        if f.severity != "info":
+            out.print(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}", highlight=False)
+
+
+@app.command()
+@_friendly
+def models(warehouse: WarehouseOpt = None) -> None:
+    """List the models in the warehouse with their files, heads and computed heads."""
+    from qkwh import store
+
+    con = store.connect(warehouse, read_only=True)
+    rows = con.execute(store.load_sql("models_overview")).fetchall()
+    cols = [d[0] for d in con.description]
+    table = Table(*cols, title=str(store.resolve_warehouse(warehouse)))
+    for r in rows:
+        table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r])
+    out.print(table)
+    if not rows:
+        out.print("no models yet: `qkwh ingest SOURCE`")
+
+
+@app.command()
+@_friendly
+def findings(
+    model_id: Annotated[Optional[str], typer.Argument(help="Only this model.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Include info findings.")] = False,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Show the data-quality findings stored at ingest (warnings by default)."""
+    from qkwh import store
+
+    con = store.connect(warehouse, read_only=True)
+    rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+    table = Table("model_id", "severity", "check", "file", "detail")
+    for r in rows:
+        table.add_row(*[str(v) if v is not None else "" for v in r])
+    out.print(table)
+
+
+@app.command()
+@_friendly
+def remove(
+    model_id: Annotated[str, typer.Argument(help="The model to remove.")],
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Remove a model and everything derived from it, in one transaction."""
+    from qkwh.ingest import remove as run
+
+    counts = run(model_id, warehouse=warehouse)
+    n = sum(counts.values())
+    out.print(f"removed {model_id}: {n:,} rows from {sum(1 for v in counts.values() if v)} tables")
+
+
+@app.command()
+@_friendly
+def sql(
+    query: Annotated[str, typer.Argument(help="A SQL query (the warehouse is opened read-only).")],
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Run a read-only SQL query against the warehouse and print the result."""
+    from qkwh import store
+
+    con = store.connect(warehouse, read_only=True)
+    try:
+        rel = con.sql(query)
+    except Exception as exc:  # duckdb errors: one line
+        raise QkwhError(str(exc).splitlines()[0]) from None
+    if rel is None:
+        return
+    out.print(rel)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

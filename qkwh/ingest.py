@@ -1,0 +1,355 @@
+"""Register a sniffed dataset in the warehouse (issue: foundation; spec §1).
+
+Everything is read and checked before the warehouse is touched; the catalog of the model is then
+replaced in one transaction.  The same source twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from qkwh import store
+from qkwh.errors import InputError
+from qkwh.registry import ModelEntry, load_registry, match
+from qkwh.sniffed.layout import Layout, scan
+from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
+from qkwh.sniffed.validate import FileStats, Finding, check_dataset, infer_bucket_size, scan_files
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the warehouse records of a model (columns of ``models``)."""
+
+    model_id: str
+    hf_model: str | None
+    family: str | None
+    params_b: float | None
+    num_layers: int | None
+    num_q_heads: int
+    num_kv_heads: int
+    gqa_ratio: int
+    head_dim: int
+    context_length: int
+    context_length_rule: str
+    bucket_size: int
+    sampling_strategy: str
+    rope_theta: float | None
+    rope_scaling: str | None
+    nope_layers: str | None
+    cross_attention_layers: str | None
+    checkpoint_phase: str | None
+    checkpoint_step: int | None
+    checkpoint_order: int | None
+    study: str | None
+    dataset_branch: str | None
+    in_registry: bool
+
+
+@dataclass
+class IngestReport:
+    model_id: str
+    status: str  # 'ingested' | 'replaced' | 'unchanged'
+    root: Path
+    n_files: int
+    n_rows: int
+    n_heads: int
+    n_heads_with_k: int
+    findings: list[Finding] = field(default_factory=list)
+
+    def summary(self) -> str:
+        warn = sum(1 for f in self.findings if f.severity != "info")
+        return (f"{self.model_id}: {self.status}; {self.n_files} files, {self.n_rows:,} rows, "
+                f"{self.n_heads} heads ({self.n_heads_with_k} with a k file), {warn} warning(s)")
+
+
+def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path, dict]:
+    """A local folder, or a Hub branch downloaded into the Hugging Face cache."""
+    if not str(source).startswith("hf://"):
+        root = Path(source).expanduser()
+        return root, {"source_kind": "local", "names": [root.resolve().name]}
+    from qkwh.sniffed.hub import download, parse_hub_source
+
+    hub = parse_hub_source(source)
+    root = download(hub, cache_dir=cache_dir)
+    return Path(root), {"source_kind": "hub", "repo_id": hub.repo_id, "revision": hub.revision,
+                        "names": [hub.revision]}
+
+
+def resolve_facts(
+    *,
+    model_id: str | None,
+    names: list[str],
+    meta: DatasetMetadata,
+    stats: list[FileStats],
+    registry: dict[str, ModelEntry],
+    source: str,
+) -> tuple[ModelFacts, list[Finding]]:
+    """Combine --model-id, the registry and the dataset metadata (spec §1.4, §2.3.8c)."""
+    findings: list[Finding] = []
+    entry = registry.get(model_id) if model_id else match(
+        registry, candidates=[*names, meta.get_str("dataset_branch") or ""], hf_model=meta.model_name)
+    if model_id is None:
+        if entry is None:
+            raise InputError(
+                f"{source}: unknown model (not in configs/models.csv by branch, folder name or "
+                f"model name {meta.model_name!r}); pass --model-id ID")
+        model_id = entry.model_id
+
+    # head counts: metadata first (spec §1.4), then the registry
+    n_q = meta.get_int("head_sampling_num_query_heads", "num_attention_heads")
+    n_kv = meta.get_int("head_sampling_num_key_heads", "num_key_value_heads")
+    if entry is not None:
+        for name, ours, theirs in (("num_q_heads", n_q, entry.num_q_heads), ("num_kv_heads", n_kv, entry.num_kv_heads)):
+            if ours is not None and theirs is not None and ours != theirs:
+                findings.append(Finding("warning", None, "registry_mismatch",
+                                        f"{name}: dataset metadata says {ours}, registry says {theirs}; using metadata"))
+        n_q = n_q if n_q is not None else entry.num_q_heads
+        n_kv = n_kv if n_kv is not None else entry.num_kv_heads
+    if n_q is None or n_kv is None:
+        raise InputError(
+            f"{source}: cannot tell the number of query and key heads (no _saver_state.json "
+            f"head_sampling_num_query_heads/_key_heads and no registry entry for {model_id!r})")
+    if n_kv <= 0 or n_q % n_kv:
+        raise InputError(f"{source}: {n_q} query heads are not a multiple of {n_kv} key heads")
+    ratio = n_q // n_kv
+    d = stats[0].d
+
+    strategy = meta.get_str("sampling_strategy") or "uniform"
+    if entry is not None and entry.bucket_size:
+        bucket_size, bucket_rule = entry.bucket_size, "registry"
+        meta_m = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")
+        if meta_m is not None and meta_m != entry.bucket_size:
+            findings.append(Finding("warning", None, "registry_mismatch",
+                                    f"bucket size: metadata says {meta_m}, registry says {entry.bucket_size}; using registry"))
+    else:
+        bucket_size = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")
+        bucket_rule = "metadata"
+        if bucket_size is None:
+            bucket_size, bucket_rule = infer_bucket_size(stats), "data"
+            if bucket_size is None:
+                raise InputError(f"{source}: cannot tell the bucket size (no metadata, no registry entry, "
+                                 "and the bucket ids fit no uniform bucket size)")
+    if bucket_rule != "registry":
+        findings.append(Finding("info", None, "bucket_size", f"bucket size {bucket_size} from {bucket_rule}"))
+
+    max_pos = max((s.max_position for s in stats if s.max_position is not None), default=0)
+    max_bucket = max((s.max_bucket for s in stats if s.max_bucket is not None), default=0)
+    if entry is not None and entry.context_length:
+        l_ctx, rule = entry.context_length, "registry"
+    elif meta.get_int("tokenizer_max_length", "max_length"):
+        l_ctx, rule = meta.get_int("tokenizer_max_length", "max_length"), "metadata"
+    elif bucket_rule == "metadata" and strategy != "log_uniform":
+        l_ctx, rule = (max_bucket + 1) * bucket_size, "metadata_buckets"
+    else:
+        l_ctx, rule = max_pos + 1, "max_position"
+
+    e = entry
+    facts = ModelFacts(
+        model_id=model_id,
+        hf_model=meta.model_name or (e.hf_model if e else None),
+        family=e.family if e else None,
+        params_b=e.params_b if e else None,
+        num_layers=(e.num_layers if e else None) or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
+        num_q_heads=n_q,
+        num_kv_heads=n_kv,
+        gqa_ratio=ratio,
+        head_dim=d,
+        context_length=int(l_ctx),
+        context_length_rule=rule,
+        bucket_size=int(bucket_size),
+        sampling_strategy=strategy,
+        rope_theta=(e.rope_theta if e else None) or _float(meta.metadata.get("rope_theta")),
+        rope_scaling=e.rope_scaling if e else meta.get_str("rope_type"),
+        nope_layers=e.nope_layers if e else None,
+        cross_attention_layers=e.cross_attention_layers if e else None,
+        checkpoint_phase=e.checkpoint_phase if e else None,
+        checkpoint_step=e.checkpoint_step if e else None,
+        checkpoint_order=e.checkpoint_order if e else None,
+        study=e.study if e else None,
+        dataset_branch=(e.dataset_branch if e else None) or meta.get_str("dataset_branch"),
+        in_registry=e is not None,
+    )
+    if e is not None and e.head_dim and e.head_dim != d:
+        findings.append(Finding("warning", None, "registry_mismatch",
+                                f"head_dim: files have {d}, registry says {e.head_dim}"))
+    return facts, findings
+
+
+def _float(v) -> float | None:
+    try:
+        return float(v) if v not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def source_fingerprint(stats: list[FileStats], facts: ModelFacts) -> str:
+    h = hashlib.sha256()
+    for s in sorted(stats, key=lambda s: s.file.config_name):
+        h.update(f"{s.file.config_name}:{s.fingerprint}:{s.file.path}\n".encode())
+    h.update(json.dumps(asdict(facts), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:32]
+
+
+def ingest(
+    source: str,
+    *,
+    warehouse: str | Path | None = None,
+    model_id: str | None = None,
+    cache_dir: Path | None = None,
+    registry: dict[str, ModelEntry] | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> IngestReport:
+    """Validate ``source`` and (re)place its model's catalog in the warehouse."""
+    say = on_progress or (lambda _m: None)
+    registry = registry if registry is not None else load_registry()
+    root, origin = resolve_source(source, cache_dir=cache_dir)
+    layout: Layout = scan(root)
+    meta = read_metadata(layout.root)
+    con = store.connect(warehouse)  # fails fast when another process holds the warehouse
+    try:
+        say(f"reading {len(layout.files)} files under {layout.root}")
+        stats = scan_files(layout)
+        facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
+                                        registry=registry, source=source)
+        findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
+                                  strategy=facts.sampling_strategy, context_length=facts.context_length,
+                                  gqa_ratio=facts.gqa_ratio)
+        findings += _metadata_findings(meta, stats)
+        fp = source_fingerprint(stats, facts)
+        return _write(con, source=source, origin=origin, layout=layout, meta=meta, stats=stats,
+                      facts=facts, findings=findings, fingerprint=fp)
+    finally:
+        con.close()
+
+
+def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Finding]:
+    out: list[Finding] = []
+    if not meta.sources:
+        out.append(Finding("info", None, "metadata", "no _saver_state.json or dataset card; facts from registry/data"))
+    n_q_files = sum(1 for s in stats if s.file.kind == "q")
+    selected = meta.get_int("head_sampling_selected_query_heads")
+    if selected is not None and selected != n_q_files:
+        out.append(Finding("info", None, "head_count",
+                           f"metadata selected {selected} query heads; the folder holds {n_q_files} q files"))
+    if meta.bucket_counts:
+        total_meta = sum(meta.bucket_counts.values())
+        total = sum(s.rows for s in stats)
+        if total_meta != total:
+            out.append(Finding("info", None, "bucket_counts",
+                               f"metadata bucket_counts sum to {total_meta:,} rows; files hold {total:,}"))
+    return out
+
+
+def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stats, facts: ModelFacts,
+           findings, fingerprint) -> IngestReport:
+    heads = _heads(stats, facts.gqa_ratio)
+    report = IngestReport(
+        model_id=facts.model_id, status="ingested", root=layout.root, n_files=len(stats),
+        n_rows=sum(s.rows for s in stats), n_heads=len(heads["q_head"]),
+        n_heads_with_k=int(sum(heads["has_k_file"])), findings=findings)
+    old = con.execute("SELECT source_fingerprint FROM models WHERE model_id = ?", [facts.model_id]).fetchone()
+    if old is not None and old[0] == fingerprint:
+        report.status = "unchanged"
+        return report
+    if old is not None:
+        report.status = "replaced"
+
+    files_cols = {
+        "model_id": [facts.model_id] * len(stats),
+        "path": [str(s.file.path) for s in stats],
+        "config_name": [s.file.config_name for s in stats],
+        "layer": [s.file.layer for s in stats],
+        "head": [s.file.head for s in stats],
+        "kind": [s.file.kind for s in stats],
+        "rows": [s.rows for s in stats],
+        "d": [s.d for s in stats],
+        "bytes": [s.bytes for s in stats],
+        "fingerprint": [s.fingerprint for s in stats],
+        "n_examples": [s.n_examples for s in stats],
+        "min_position": [s.min_position for s in stats],
+        "max_position": [s.max_position for s in stats],
+        "max_bucket": [s.max_bucket for s in stats],
+        "has_pos0": [s.has_pos0 for s in stats],
+        "sliding_window": [s.sliding_window for s in stats],
+        "vector_type": [s.vector_type for s in stats],
+    }
+    model_row = {**asdict(facts)}
+    model_row.update(
+        source=source, source_kind=origin["source_kind"], root_path=str(layout.root),
+        repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
+        n_files=len(stats), n_rows=report.n_rows,
+        metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,
+        ingested_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+    )
+    import pyarrow as pa
+
+    new_files = pa.table({k: files_cols[k] for k in ("layer", "head", "kind", "fingerprint")})
+    with store.transaction(con):
+        if old is not None:
+            con.register("new_files", new_files)
+            try:
+                stale = con.execute(store.load_sql("stale_heads"), [facts.model_id]).fetchall()
+            finally:
+                con.unregister("new_files")
+            old_ctx = con.execute("SELECT context_length, bucket_size FROM models WHERE model_id = ?",
+                                  [facts.model_id]).fetchone()
+            if tuple(old_ctx) != (facts.context_length, facts.bucket_size):
+                store.delete_model(con, facts.model_id, tables=list(store.COMPUTE_TABLES))
+            else:
+                for layer, q_head in stale:
+                    for table in store.COMPUTE_TABLES:
+                        con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
+                                    [facts.model_id, layer, q_head])
+            store.delete_model(con, facts.model_id, tables=list(store.CATALOG_TABLES))
+        store.insert_columns(con, "models", {k: [v] for k, v in model_row.items()})
+        store.insert_columns(con, "files", files_cols)
+        store.insert_columns(con, "heads", {"model_id": [facts.model_id] * len(heads["q_head"]), **heads})
+        store.insert_columns(con, "ingest_findings", {
+            "model_id": [facts.model_id] * len(findings),
+            "severity": [f.severity for f in findings],
+            "file": [f.file for f in findings],
+            "check": [f.check for f in findings],
+            "detail": [f.detail for f in findings],
+        })
+        store.rebuild_vectors_view(con)
+    return report
+
+
+def _heads(stats: list[FileStats], ratio: int) -> dict[str, list]:
+    by_key = {(s.file.layer, s.file.head, s.file.kind): s for s in stats}
+    out: dict[str, list] = {"layer": [], "q_head": [], "k_head": [], "has_k_file": [], "n_q": [], "n_k": []}
+    for s in sorted((s for s in stats if s.file.kind == "q"), key=lambda s: (s.file.layer, s.file.head)):
+        k_head = s.file.head // ratio
+        k = by_key.get((s.file.layer, k_head, "k"))
+        out["layer"].append(s.file.layer)
+        out["q_head"].append(s.file.head)
+        out["k_head"].append(k_head)
+        out["has_k_file"].append(k is not None)
+        out["n_q"].append(s.rows)
+        out["n_k"].append(k.rows if k is not None else None)
+    return out
+
+
+def remove(model_id: str, *, warehouse: str | Path | None = None) -> dict[str, int]:
+    """Remove a model and everything derived from it (every table with a model_id column)."""
+    from qkwh.errors import NotFoundError
+
+    con = store.connect(warehouse)
+    try:
+        if con.execute("SELECT 1 FROM models WHERE model_id = ?", [model_id]).fetchone() is None:
+            known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+            raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
+        with store.transaction(con):
+            counts = store.delete_model(con, model_id)
+            store.rebuild_vectors_view(con)
+        return counts
+    finally:
+        con.close()
+

@@ -1,0 +1,88 @@
+"""Dataset metadata: ``_saver_state.json`` and the dataset card ``README.md`` (spec §1.1)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qkwh.errors import InputError
+
+_CARD_LINE = re.compile(r"^\s*-\s*`([A-Za-z0-9_]+)`\s*:\s*`([^`]*)`\s*$")
+
+
+@dataclass(frozen=True)
+class DatasetMetadata:
+    model_name: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # flat model_metadata
+    bucket_counts: dict[int, int] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()  # which files were read
+
+    def get_int(self, *keys: str) -> int | None:
+        for key in keys:
+            value = self.metadata.get(key)
+            if value in (None, ""):
+                continue
+            try:
+                return int(float(value))
+            except (TypeError, ValueError):
+                continue
+        return None
+
+    def get_str(self, *keys: str) -> str | None:
+        for key in keys:
+            value = self.metadata.get(key)
+            if value not in (None, ""):
+                return str(value)
+        return None
+
+
+def read_metadata(root: Path) -> DatasetMetadata:
+    """Read ``_saver_state.json`` (preferred) and fill gaps from the dataset card.
+
+    A malformed ``_saver_state.json`` is an :class:`InputError` naming the file.
+    """
+    root = Path(root)
+    meta: dict[str, Any] = {}
+    model_name = None
+    buckets: dict[int, int] = {}
+    sources: list[str] = []
+    card = root / "README.md"
+    if card.is_file():
+        card_meta = parse_card(card.read_text(errors="replace"))
+        if card_meta:
+            meta.update(card_meta)
+            model_name = card_meta.get("model")
+            sources.append(str(card))
+    state = root / "_saver_state.json"
+    if state.is_file():
+        try:
+            data = json.loads(state.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"{state}: not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise InputError(f"{state}: expected a JSON object")
+        mm = data.get("model_metadata") or {}
+        if not isinstance(mm, dict):
+            raise InputError(f"{state}: model_metadata is not an object")
+        meta.update(mm)
+        model_name = data.get("model_name") or model_name
+        for k, v in (data.get("bucket_counts") or {}).items():
+            try:
+                buckets[int(k)] = int(v)
+            except (TypeError, ValueError):
+                raise InputError(f"{state}: bucket_counts has a non-integer entry {k!r}: {v!r}") from None
+        sources.append(str(state))
+    return DatasetMetadata(model_name, meta, buckets, tuple(sources))
+
+
+def parse_card(text: str) -> dict[str, str]:
+    """The ``- `key`: `value``` lines of a qk-sniffer dataset card."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _CARD_LINE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out

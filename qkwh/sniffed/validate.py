@@ -1,0 +1,220 @@
+"""Data-quality checks of a sniffed dataset (spec §1.6).
+
+:func:`scan_files` reads every file once (in a thread pool; pyarrow and hashlib release the GIL)
+and keeps per-file statistics, never the vectors.  :func:`check_dataset` then applies the checks
+that need the model's facts (bucket size, context length, head counts).  Fatal defects raise
+:class:`InputError` with one line naming the file and the problem; defects that leave the data
+usable become :class:`Finding` rows for ``ingest_findings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qkwh.errors import InputError
+from qkwh.sniffed.layout import Layout, SniffedFile
+from qkwh.sniffed.reader import read_file
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # info | warning | error
+    file: str | None
+    check: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """What ingest keeps of one file (no vectors)."""
+
+    file: SniffedFile
+    rows: int
+    d: int
+    bytes: int
+    fingerprint: str
+    n_examples: int
+    min_position: int | None
+    max_position: int | None
+    max_bucket: int | None
+    has_pos0: bool
+    sliding_window_values: tuple[int | None, ...]
+    vector_type: str
+    position: np.ndarray  # int32, for checks needing the bucket size
+    bucket: np.ndarray  # int32
+    example_id: np.ndarray  # int32
+    n_nonfinite: int
+
+    @property
+    def sliding_window(self) -> int | None:
+        vals = [v for v in self.sliding_window_values if v is not None]
+        return int(vals[0]) if vals else None
+
+
+def fingerprint_file(path: Path, chunk: int = 1 << 22) -> str:
+    """sha256 of the file content, first 32 hex characters."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()[:32]
+
+
+def _stats(f: SniffedFile) -> FileStats:
+    data = read_file(f.path)
+    nonfinite = int(data.vectors.size - np.isfinite(data.vectors).sum()) if data.vectors.size else 0
+    pos = data.position
+    return FileStats(
+        file=f,
+        rows=data.rows,
+        d=data.d,
+        bytes=f.path.stat().st_size,
+        fingerprint=fingerprint_file(f.path),
+        n_examples=int(np.unique(data.example_id).size),
+        min_position=int(pos.min()) if pos.size else None,
+        max_position=int(pos.max()) if pos.size else None,
+        max_bucket=int(data.bucket.max()) if pos.size else None,
+        has_pos0=bool((pos == 0).any()),
+        sliding_window_values=data.sliding_window_values,
+        vector_type=data.vector_type,
+        position=pos.astype(np.int32),
+        bucket=data.bucket.astype(np.int32),
+        example_id=data.example_id.astype(np.int32),
+        n_nonfinite=nonfinite,
+    )
+
+
+def scan_files(layout: Layout, *, workers: int | None = None) -> list[FileStats]:
+    """Read every file of ``layout``; raise :class:`InputError` on the first unusable one."""
+    workers = workers or max(1, min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        stats = list(pool.map(_stats, layout.files))
+    for s in stats:
+        if s.n_nonfinite:
+            raise InputError(f"{s.file.path}: {s.n_nonfinite} NaN/Inf value(s) in column vector")
+    return stats
+
+
+def expected_bucket(position: np.ndarray, bucket_size: int, strategy: str) -> np.ndarray:
+    """Bucket ids the sniffer's sampler assigns (spec §1.3)."""
+    if strategy == "log_uniform":
+        p = 0 if bucket_size <= 1 else math.ceil(math.log2(bucket_size))
+        return np.maximum(p, np.floor(np.log2(position.astype(np.float64) + 1.0)).astype(np.int64))
+    return position.astype(np.int64) // int(bucket_size)
+
+
+def infer_bucket_size(stats: list[FileStats]) -> int | None:
+    """The uniform bucket size implied by the data, if one fits every row."""
+    pos = np.concatenate([s.position for s in stats]).astype(np.int64)
+    bkt = np.concatenate([s.bucket for s in stats]).astype(np.int64)
+    sel = bkt > 0
+    if not sel.any():
+        return None
+    # position // m == b  <=>  b*m <= position < (b+1)*m
+    hi = np.min((pos[sel]) // bkt[sel])  # m <= position / b
+    lo = np.max(pos // (bkt + 1)) + 1  # m > position / (b+1)
+    if lo <= hi:
+        return int(hi)  # any m in [lo, hi] fits; the largest is the sniffer's round number
+    return None
+
+
+def check_dataset(
+    stats: list[FileStats],
+    *,
+    layout: Layout,
+    bucket_size: int,
+    strategy: str,
+    context_length: int,
+    gqa_ratio: int,
+) -> list[Finding]:
+    """Checks of spec §1.6 that need the model's facts.  Fatal ones raise InputError."""
+    findings: list[Finding] = []
+    for stray in layout.stray:
+        findings.append(Finding("warning", str(layout.root), "layout", f"ignored {stray}"))
+    ds = sorted({s.d for s in stats})
+    by_key = {(s.file.layer, s.file.head, s.file.kind): s for s in stats}
+
+    # vector length: q file vs its k file, then model-wide
+    for s in stats:
+        if s.file.kind != "q":
+            continue
+        k = by_key.get((s.file.layer, s.file.head // gqa_ratio, "k"))
+        if k is not None and k.d != s.d:
+            raise InputError(
+                f"{s.file.path}: vector length {s.d} differs from its k file {k.file.path} ({k.d})"
+            )
+    if len(ds) > 1:
+        first = {d: next(s for s in stats if s.d == d) for d in ds}
+        detail = ", ".join(f"{d} in {first[d].file.path}" for d in ds)
+        raise InputError(f"{layout.root}: vector length differs across files ({detail})")
+
+    for s in stats:
+        path = str(s.file.path)
+        if s.rows == 0:
+            findings.append(Finding("warning", path, "row_count", "file has no rows"))
+            continue
+        exp = expected_bucket(s.position, bucket_size, strategy)
+        bad = np.flatnonzero(exp != s.bucket)
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(
+                f"{path}: {bad.size} row(s) have bucket ids inconsistent with positions for "
+                f"{strategy} buckets of {bucket_size} tokens (first: position {int(s.position[i])} "
+                f"has bucket {int(s.bucket[i])}, expected {int(exp[i])})"
+            )
+        beyond = int((s.position >= context_length).sum())
+        if beyond:
+            findings.append(Finding("warning", path, "position_range",
+                                    f"{beyond} row(s) at position >= context length {context_length}"))
+        if int((s.position < 0).sum()):
+            raise InputError(f"{path}: {int((s.position < 0).sum())} row(s) have a negative position")
+        real_sw = [v for v in s.sliding_window_values if v is not None]
+        if len(s.sliding_window_values) > 1:
+            findings.append(Finding("warning", path, "sliding_window",
+                                    f"{len(s.sliding_window_values)} distinct sliding_window values "
+                                    f"{list(s.sliding_window_values)}; the first non-null one is used"))
+        elif real_sw:
+            findings.append(Finding("info", path, "sliding_window", f"sliding window of {real_sw[0]} tokens"))
+
+    # GQA pairing
+    for s in stats:
+        if s.file.kind == "q" and (s.file.layer, s.file.head // gqa_ratio, "k") not in by_key:
+            kname = f"l{s.file.layer:02d}h{s.file.head // gqa_ratio:02d}k"
+            findings.append(Finding("warning", str(s.file.path), "missing_k_file",
+                                    f"mapped k file {kname}/data.parquet is missing; the head cannot be analysed"))
+    q_targets = {(s.file.layer, s.file.head // gqa_ratio) for s in stats if s.file.kind == "q"}
+    for s in stats:
+        if s.file.kind == "k" and (s.file.layer, s.file.head) not in q_targets:
+            findings.append(Finding("info", str(s.file.path), "unused_k_file",
+                                    "no q file maps to this key head"))
+
+    # dataset-level statistics
+    ex = [s.n_examples for s in stats if s.rows]
+    if ex:
+        findings.append(Finding("info", None, "examples_per_file",
+                                f"distinct examples per file: {min(ex)}..{max(ex)}"))
+        rows = [s.rows for s in stats]
+        findings.append(Finding("info", None, "rows_per_file", f"rows per file: {min(rows)}..{max(rows)}"))
+        all_pos = np.concatenate([s.position for s in stats]).astype(np.int64)
+        all_ex = np.concatenate([s.example_id for s in stats]).astype(np.int64)
+        uniq, inv = np.unique(all_ex, return_inverse=True)
+        max_per_ex = np.full(uniq.size, -1, dtype=np.int64)
+        np.maximum.at(max_per_ex, inv, all_pos)
+        short = int((max_per_ex < context_length - bucket_size).sum())
+        if short:
+            findings.append(Finding("info", None, "short_examples",
+                                    f"{short} of {uniq.size} examples end before the last bucket "
+                                    f"(shortest ends at position {int(max_per_ex.min())}; "
+                                    f"context length {context_length})"))
+        pos0 = sum(1 for s in stats if s.has_pos0)
+        if pos0:
+            findings.append(Finding("info", None, "has_pos0",
+                                    f"{pos0} file(s) hold position-0 (BOS) rows; kept (norm outliers)"))
+    return findings

@@ -1,0 +1,8 @@
+-- One model's part of the `vectors` view: the parquet files are read in place, never copied.
+-- Placeholders filled by qkwh.ingest: {paths} (list literal), {model_id} (literal), {vector_type}.
+SELECT f.model_id, f.layer, f.head, f.kind,
+       p.example_id, p.bucket, p.position,
+       CAST(p.vector AS {vector_type}) AS vector,
+       CAST(p.sliding_window AS INTEGER) AS sliding_window
+FROM read_parquet({paths}, filename = true, union_by_name = true) AS p
+JOIN files AS f ON f.path = p.filename AND f.model_id = {model_id}

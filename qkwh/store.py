@@ -1,0 +1,186 @@
+"""The warehouse: one way to open it, its schema, transactions and catalog queries.
+
+Path resolution (architecture.md): ``--warehouse``, then ``QKWH_WAREHOUSE``, then
+``warehouse/qkwh.duckdb`` in the repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+
+from qkwh.errors import QkwhError, WarehouseLockedError
+from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
+
+_LOCK_RE = re.compile(r"(Could not set lock|Conflicting lock)", re.IGNORECASE)
+_PID_RE = re.compile(r"PID (\d+)")
+
+
+def resolve_warehouse(path: str | os.PathLike[str] | None = None) -> Path:
+    """The warehouse file: ``path`` if given, else ``$QKWH_WAREHOUSE``, else the default."""
+    if path:
+        return Path(path).expanduser().resolve()
+    env = os.environ.get("QKWH_WAREHOUSE")
+    if env:
+        return Path(env).expanduser().resolve()
+    return DEFAULT_WAREHOUSE
+
+
+def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse (creating it and its schema when writable).
+
+    Raises :class:`WarehouseLockedError` with one line when another process holds the file.
+    """
+    wh = resolve_warehouse(path)
+    if read_only and not wh.exists():
+        raise QkwhError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` (or `make demo`) first")
+    if not read_only:
+        wh.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(str(wh), read_only=read_only)
+    except duckdb.IOException as exc:  # the file lock of another process
+        raise _lock_error(wh, exc) from None
+    if not read_only:
+        con.execute(SCHEMA_SQL.read_text())
+    return con
+
+
+def _lock_error(wh: Path, exc: Exception) -> Exception:
+    text = str(exc)
+    if _LOCK_RE.search(text):
+        pid = _PID_RE.search(text)
+        who = f" (process {pid.group(1)})" if pid else ""
+        return WarehouseLockedError(
+            f"warehouse {wh} is locked by another process{who}; close that process and retry"
+        )
+    return QkwhError(f"cannot open warehouse {wh}: {text.splitlines()[0]}")
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """``BEGIN`` ... ``COMMIT``; ``ROLLBACK`` on any exception (including KeyboardInterrupt)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield con
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def load_sql(name: str) -> str:
+    """Text of ``qkwh/sql/<name>.sql``."""
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def quote_literal(text: str) -> str:
+    """A SQL string literal (single quotes doubled)."""
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """A SQL identifier in double quotes (double quotes doubled)."""
+    return '"' + str(name).replace('"', '""') + '"'
+
+
+def table_names(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables and views of the ``main`` schema."""
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def tables_with_column(con: duckdb.DuckDBPyConnection, column: str, *, base_tables_only: bool = True) -> list[str]:
+    """Tables of ``main`` that have ``column`` (used to remove everything derived from a model)."""
+    kind = "AND t.table_type = 'BASE TABLE'" if base_tables_only else ""
+    rows = con.execute(
+        f"""SELECT c.table_name FROM information_schema.columns c
+            JOIN information_schema.tables t USING (table_catalog, table_schema, table_name)
+            WHERE c.table_schema = 'main' AND c.column_name = ? {kind} ORDER BY 1""",
+        [column],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+# Per-head result tables written by `qkwh compute` (spec §2) plus its bookkeeping.
+COMPUTE_TABLES: tuple[str, ...] = (
+    "pca_components", "pca_heads",
+    "rotation_heads", "rotation_pairs", "rotation_axes",
+    "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components",
+    "head_runs",
+)
+CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings")
+
+
+def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, object]) -> int:
+    """Insert rows given as columns (lists or numpy/arrow arrays) by column name."""
+    import pyarrow as pa
+
+    if table not in CATALOG_TABLES + COMPUTE_TABLES + ("run_config",):
+        raise ValueError(f"not a qkwh table: {table!r}")
+    data = pa.table({k: _as_arrow(v) for k, v in columns.items()})
+    if data.num_rows == 0:
+        return 0
+    con.register("_qkwh_insert", data)
+    try:
+        con.execute(f"INSERT INTO {quote_ident(table)} BY NAME SELECT * FROM _qkwh_insert")
+    finally:
+        con.unregister("_qkwh_insert")
+    return data.num_rows
+
+
+def _as_arrow(values: object):
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, np.ndarray) and values.ndim == 2:  # rows of vectors -> list column
+        flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel())
+        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(pa.float32()))
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return pa.array(values.tolist())
+    return pa.array(values)
+
+
+def rebuild_vectors_view(con: duckdb.DuckDBPyConnection) -> None:
+    """(Re)create the ``vectors`` view over every cataloged file, reading parquet in place.
+
+    Vectors are ``FLOAT[d]`` when every model has the same d, else ``FLOAT[]``.
+    """
+    models = con.execute(
+        "SELECT model_id, max(d) FROM files GROUP BY model_id ORDER BY model_id"
+    ).fetchall()
+    if not models:
+        body = load_sql("vectors_empty")
+    else:
+        dims = {d for _, d in models}
+        parts = []
+        for model_id, d in models:
+            paths = [r[0] for r in con.execute(
+                "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]).fetchall()]
+            vtype = f"FLOAT[{d}]" if len(dims) == 1 else "FLOAT[]"
+            parts.append(load_sql("vectors_model").format(
+                paths="[" + ", ".join(quote_literal(p) for p in paths) + "]",
+                model_id=quote_literal(model_id),
+                vector_type=vtype,
+            ))
+        body = "\nUNION ALL\n".join(parts)
+    con.execute("CREATE OR REPLACE VIEW vectors AS\n" + body)
+
+
+def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str] | None = None) -> dict[str, int]:
+    """Delete a model's rows from ``tables`` (default: every base table with a model_id column)."""
+    counts: dict[str, int] = {}
+    for table in tables if tables is not None else tables_with_column(con, "model_id"):
+        n = con.execute(f"SELECT count(*) FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]
+        if n:
+            con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id])
+        counts[table] = n
+    return counts
