@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Tests never talk to the real Hugging Face Hub: no telemetry ping at import time.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
 import shutil
 from pathlib import Path
 
