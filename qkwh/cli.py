@@ -143,6 +143,65 @@ def sql(
     out.print(rel)
 
 
+# ---------------------------------------------------------------------------------------------
+# compute
+# ---------------------------------------------------------------------------------------------
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+@app.command()
+@_friendly
+def compute(
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
+    analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: CPU count; 1 = in-process).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML (default: configs/run.yaml).")] = None,
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Run the per-head analyses (spec §2) for every head with a q and a k file.
+
+    One transaction per head; heads whose inputs and parameters are unchanged are skipped, so an
+    interrupted run resumes.  Every parameter is recorded in run_config.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from qkwh.compute.runner import compute as run
+    from qkwh.config import load_run_config
+
+    cfg = load_run_config(config, param)
+    names = tuple(_split([analyses]) or [])
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
+                  transient=False) as progress:
+        state: dict = {}
+
+        def on_start(n: int) -> None:
+            state["task"] = progress.add_task("computing heads", total=n, rate="")
+
+        def on_head(label: str) -> None:
+            t = state["task"]
+            progress.advance(t)
+            task = progress.tasks[t]
+            if task.elapsed:
+                progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
+
+        report = run(warehouse, models=_split(model), analyses=names, config=cfg, workers=workers,
+                     force=force, on_start=on_start, on_head=on_head)
+    out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
+              f"({', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
+    if report.failures:
+        for label, error in report.failures[:10]:
+            err.print(f"[red]failed[/] {label}: {error}", highlight=False)
+        raise QkwhError(f"{len(report.failures)} head(s) failed; the others were written")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

@@ -173,6 +173,7 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection) -> None:
             ))
         body = "\nUNION ALL\n".join(parts)
     con.execute("CREATE OR REPLACE VIEW vectors AS\n" + body)
+    con.execute(load_sql("head_inputs_macro"))
 
 
 def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str] | None = None) -> dict[str, int]:

@@ -1,0 +1,97 @@
+"""`qkwh compute`: plan the heads that need work, run them on an executor, write each head.
+
+The parent process is the only writer.  Each head's results go in one transaction, so an
+interrupted run (Ctrl-C, kill -9) leaves whole heads only, and the next run resumes where it
+stopped: heads whose config_id and input fingerprint are recorded in head_runs are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qkwh import store
+from qkwh.compute.executors import Executor, make_executor
+from qkwh.compute.units import HeadUnit, code_version, plan
+from qkwh.compute.work import run_group
+from qkwh.compute.writer import record_configs, write_head
+from qkwh.errors import NotFoundError, QkwhError
+from qkwh.params import ANALYSES, RunConfig
+
+
+@dataclass
+class ComputeReport:
+    n_heads: int  # analysable heads in scope
+    n_planned: int  # heads with at least one analysis to run
+    n_written: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (head label, error)
+    config_ids: dict[str, str] = field(default_factory=dict)
+    code_version: str = ""
+
+    @property
+    def n_skipped(self) -> int:
+        return self.n_heads - self.n_planned
+
+
+def load_units(con, models: list[str] | None) -> list[HeadUnit]:
+    if models:
+        known = {r[0] for r in con.execute("SELECT model_id FROM models").fetchall()}
+        missing = [m for m in models if m not in known]
+        if missing:
+            raise NotFoundError(f"no model {', '.join(map(repr, missing))} in the warehouse "
+                                f"(have: {', '.join(sorted(known)) or 'none'})")
+    rows = con.execute(store.load_sql("compute_heads"), [models or None]).fetchall()
+    return [HeadUnit(*r) for r in rows]
+
+
+def compute(
+    warehouse: str | Path | None = None,
+    *,
+    models: list[str] | None = None,
+    analyses: tuple[str, ...] = ANALYSES,
+    config: RunConfig | None = None,
+    workers: int | None = None,
+    executor: Executor | None = None,
+    force: bool = False,
+    on_start: Callable[[int], None] | None = None,
+    on_head: Callable[[str], None] | None = None,
+) -> ComputeReport:
+    """Compute ``analyses`` for every analysable head of ``models`` (default: all)."""
+    config = config or RunConfig()
+    bad = [a for a in analyses if a not in ANALYSES]
+    if bad or not analyses:
+        raise QkwhError(f"unknown analysis {', '.join(bad) or '(none)'}; choose from {', '.join(ANALYSES)}")
+    cv = code_version()
+    config_ids = {a: config.fingerprint(a, cv) for a in analyses}
+    con = store.connect(warehouse)
+    try:
+        units = load_units(con, models)
+        done = {(m, l, q, a): (cid, fp) for m, l, q, a, cid, fp in
+                con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
+        tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
+        report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids, code_version=cv)
+        with store.transaction(con):
+            record_configs(con, config, config_ids, cv)
+        if on_start:
+            on_start(report.n_planned)
+        if not tasks:
+            return report
+        n_workers = workers if workers is not None else (os.cpu_count() or 1)
+        ex = executor or make_executor(min(max(n_workers, 1), len(tasks)))
+        try:
+            for outcomes in ex.map_unordered(run_group, tasks):
+                for o in outcomes:
+                    if o.error:
+                        report.failures.append((o.unit.label, o.error))
+                    else:
+                        write_head(con, o, config_ids)
+                        report.n_written += 1
+                    if on_head:
+                        on_head(o.unit.label)
+        finally:
+            ex.close()
+        return report
+    finally:
+        con.close()

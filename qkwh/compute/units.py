@@ -1,0 +1,84 @@
+"""Units of work: one head = (model_id, layer, q_head) with its q file and mapped k file.
+
+Heads that share a k file (a GQA group in one layer) travel together as a :class:`GroupTask`,
+so each k file is read once per (layer, KV head).  Which analyses a head still needs comes from
+``head_runs``: a head whose config_id and input fingerprint are unchanged is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import qkwh
+from qkwh.params import RunConfig
+
+_CODE_FILES = ("params.py", "analyses/types.py", "analyses/stats.py", "analyses/pca.py",
+               "analyses/rotation.py", "analyses/plasticity.py", "compute/work.py")
+
+
+def code_version() -> str:
+    """Package version plus a hash of the analysis code: changing an analysis recomputes."""
+    root = Path(qkwh.__file__).resolve().parent
+    h = hashlib.sha256()
+    for rel in _CODE_FILES:
+        p = root / rel
+        if p.exists():
+            h.update(rel.encode() + b"\0" + p.read_bytes())
+    return f"{qkwh.__version__}+{h.hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class HeadUnit:
+    model_id: str
+    layer: int
+    q_head: int
+    k_head: int
+    q_path: str
+    k_path: str
+    q_fingerprint: str
+    k_fingerprint: str
+    context_length: int
+    bucket_size: int
+    sliding_window: int | None
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.model_id, self.layer, self.q_head)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_id} L{self.layer}H{self.q_head}"
+
+    def input_fingerprint(self) -> str:
+        text = "|".join(map(str, (self.q_fingerprint, self.k_fingerprint, self.context_length,
+                                  self.bucket_size, self.sliding_window, self.k_head)))
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """Heads of one (model, layer, k_head): the k file is read once for all of them."""
+
+    heads: tuple[HeadUnit, ...]
+    analyses: tuple[tuple[str, ...], ...]  # per head: the analyses to run
+    config: RunConfig = field(default_factory=RunConfig)
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+
+def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str], tuple[str, str]],
+         analyses: tuple[str, ...], config_ids: dict[str, str], config: RunConfig, *,
+         force: bool = False) -> list[GroupTask]:
+    """Group heads by k file, keeping only the (head, analysis) pairs that need computing."""
+    groups: dict[tuple[str, int, int], list[tuple[HeadUnit, tuple[str, ...]]]] = {}
+    for u in units:
+        fp = u.input_fingerprint()
+        need = tuple(a for a in analyses
+                     if force or done.get((*u.key, a)) != (config_ids[a], fp))
+        if need:
+            groups.setdefault((u.model_id, u.layer, u.k_head), []).append((u, need))
+    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config) for g in groups.values()]

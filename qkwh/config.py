@@ -1,0 +1,55 @@
+"""Load a run configuration: ``configs/run.yaml``, an optional user file, ``--param`` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from qkwh.errors import InputError
+from qkwh.params import RunConfig
+from qkwh.paths import RUN_CONFIG_YAML
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such run config") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a run config must be a mapping")
+    return data
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_run_config(path: Path | None = None, params: list[str] | None = None) -> RunConfig:
+    """Defaults from ``configs/run.yaml`` (or the dataclass defaults if it is absent), then the
+    user's YAML, then ``key=value`` overrides (dotted keys, e.g. ``plasticity.cov_mode=diag``)."""
+    data: dict[str, Any] = _read_yaml(RUN_CONFIG_YAML) if RUN_CONFIG_YAML.exists() else {}
+    source = str(RUN_CONFIG_YAML)
+    if path is not None:
+        data = _merge(data, _read_yaml(path))
+        source = str(path)
+    try:
+        cfg = RunConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{source}: {exc}") from None
+    overrides: dict[str, str] = {}
+    for item in params or []:
+        if "=" not in item:
+            raise InputError(f"--param {item!r}: expected key=value, e.g. plasticity.cov_mode=diag")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = value.strip()
+    try:
+        return cfg.with_overrides(overrides) if overrides else cfg
+    except ValueError as exc:
+        raise InputError(f"--param: {exc}") from None
