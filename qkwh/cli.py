@@ -202,6 +202,185 @@ def compute(
         raise QkwhError(f"{len(report.failures)} head(s) failed; the others were written")
 
 
+# ---------------------------------------------------------------------------------------------
+# synthetic data
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@_friendly
+def synth(
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write (sniffer layout).")],
+    layers: Annotated[int, typer.Option(help="Layers.")] = 4,
+    q_heads: Annotated[int, typer.Option(help="Query heads per layer.")] = 8,
+    kv_heads: Annotated[int, typer.Option(help="Key/value heads per layer (GQA).")] = 2,
+    head_dim: Annotated[int, typer.Option(help="Head dimension d.")] = 64,
+    rows: Annotated[int, typer.Option(help="Rows per q and k file.")] = 2000,
+    examples: Annotated[int, typer.Option(help="Source examples (documents).")] = 16,
+    context_length: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
+    bucket_size: Annotated[int, typer.Option(help="Uniform bucket size in tokens.")] = 512,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Planted parameter, e.g. --set alpha_k=2e-3 (alpha_q, alpha_k, mu_q_a, mu_k_a, separation, noise_sd, drift_scale, ...).")] = None,
+) -> None:
+    """Write a synthetic sniffed dataset with planted geometry.
+
+    Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA,
+    uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.
+    """
+    from qkwh.errors import InputError
+    from qkwh.synth import write_dataset
+
+    planted: dict[str, float] = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"--set {item!r}: expected key=value")
+        try:
+            planted[key.strip()] = float(value)
+        except ValueError:
+            raise InputError(f"--set {item!r}: {value!r} is not a number") from None
+    try:
+        root = write_dataset(out_dir, n_layers=layers, n_q_heads=q_heads, n_kv_heads=kv_heads, d=head_dim,
+                             rows_per_file=rows, n_examples=examples, context_length=context_length,
+                             bucket_size=bucket_size, seed=seed, **planted)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"synth: {exc}") from None
+    out.print(f"wrote {root}")
+
+
+# ---------------------------------------------------------------------------------------------
+# build, docs, export, report, demo
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+@_friendly
+def build(
+    select: Annotated[Optional[str], typer.Option("--select", "-s", help="dbt node selection (default: everything).")] = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Run `dbt build` on the warehouse (marts and all their tests).
+
+    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Reports clearly
+    when another process holds the warehouse.
+    """
+    from qkwh import store
+    from qkwh.build import build as run
+
+    result = run(store.resolve_warehouse(warehouse), select=select)
+    out.print(str(getattr(result, "summary", result)))
+
+
+@app.command()
+@_friendly
+def docs(warehouse: WarehouseOpt = None) -> None:
+    """Generate the dbt documentation site (models, columns, tests, lineage) and print its path."""
+    from qkwh import store
+    from qkwh.build import docs_generate
+
+    path = docs_generate(store.resolve_warehouse(warehouse))
+    out.print(f"dbt docs: {path} (open it in a browser)")
+
+
+@app.command()
+@_friendly
+def export(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Tables, views or marts to export.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="parquet or csv.")] = "parquet",
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("export"),
+    legacy: Annotated[bool, typer.Option("--legacy", help="Also write the per-head CSVs older tools read (head_metrics.csv, head_bucket_plasticity.csv, head_component_weights.csv, rotated.csv, qk.csv).")] = False,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="With --legacy: only this model.")] = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Write tables or marts to parquet/CSV files (one file per name)."""
+    from qkwh import store
+    from qkwh.errors import InputError
+    from qkwh.export import export as run
+    from qkwh.export import export_legacy
+
+    if fmt not in ("parquet", "csv"):
+        raise InputError(f"--format must be parquet or csv, not {fmt!r}")
+    if not names and not legacy:
+        raise InputError("name at least one table or mart, or pass --legacy")
+    wh = store.resolve_warehouse(warehouse)
+    written = list(run(wh, list(names), fmt, out_dir)) if names else []
+    if legacy:
+        written += export_legacy(wh, out_dir, model)
+    for p in written:
+        out.print(str(p))
+
+
+@app.command()
+@_friendly
+def report(
+    models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: reports/latest).")] = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Render the figures into an offline HTML report plus PNG/SVG.
+
+    Every figure is drawn from the marts into one self-contained index.html, with a PNG and an SVG
+    per figure.  Figures without data are left out with a note.
+    """
+    from qkwh import store
+    from qkwh.reports.render import render
+
+    result = render(store.resolve_warehouse(warehouse), out=out_dir, models=_split(models))
+    out.print(f"report: {getattr(result, 'index', result)}")
+
+
+@app.command()
+@_friendly
+def demo(warehouse: WarehouseOpt = None) -> None:
+    """Run the whole pipeline on the embedded sample (what `make demo` runs).
+
+    A fresh warehouse, then ingest, compute, dbt build and the report.
+    """
+    import time
+
+    from qkwh import store
+    from qkwh.paths import SAMPLE_DIR
+
+    wh = store.resolve_warehouse(warehouse)
+    for suffix in ("", ".wal"):
+        p = Path(str(wh) + suffix)
+        if p.exists():
+            p.unlink()
+    t0 = time.perf_counter()
+    from qkwh.ingest import ingest as run_ingest
+
+    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
+    out.print(f"[bold]ingest[/]  {rep.summary()}")
+    from qkwh.compute.runner import compute as run_compute
+
+    crep = run_compute(wh)
+    out.print(f"[bold]compute[/] {crep.n_written} heads x (pca, rotation, plasticity); "
+              f"{len(crep.failures)} failed")
+    if crep.failures:
+        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
+    from qkwh.build import build as run_build
+
+    res = run_build(wh)
+    out.print(f"[bold]build[/]   {getattr(res, 'summary', res)}")
+    from qkwh.reports.render import render
+
+    rr = render(wh, out=None, models=None)
+    con = store.connect(wh, read_only=True)
+    try:
+        rows = con.execute(store.load_sql("demo_summary")).fetchall()
+    finally:
+        con.close()
+    table = Table("model_id", "heads", "taxonomy (most common)", "mean |r_k_a|", "mean bias_strength",
+                  "ap_overall", "ap_drop", title="summary")
+    for r in rows:
+        table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
+    out.print(table)
+    out.print(f"warehouse: {wh}")
+    out.print(f"query it:  duckdb -readonly {wh} \"SELECT * FROM model_summary\"")
+    out.print(f"done in {time.perf_counter() - t0:.0f} s")
+    out.print(f"report:    {getattr(rr, 'index', rr)}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
