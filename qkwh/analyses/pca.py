@@ -19,6 +19,7 @@ positions in tokens; correlations, ratios and accuracies are dimensionless.
 from __future__ import annotations
 
 import numpy as np
+from scipy import linalg
 
 from qkwh.analyses import stats
 from qkwh.analyses.types import AnalysisResult, HeadData
@@ -186,9 +187,10 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     total = float(np.trace(cov))
     if bool(stats.is_zero_variance(total, mom.msq)):
         return _nan_result(mom, n_pc)
-    lam, vecs = np.linalg.eigh(cov)
-    lam = np.maximum(lam[::-1][:n_pc], 0.0)
-    v0, _ = stats.orient_largest_positive(vecs[:, ::-1][:, :n_pc])
+    # top n_pc eigenpairs only (LAPACK syevr); the total variance is the trace
+    lam, vecs = linalg.eigh(cov, subset_by_index=[d - n_pc, d - 1], driver="evr")
+    lam = np.maximum(lam[::-1], 0.0)
+    v0, _ = stats.orient_largest_positive(vecs[:, ::-1])
     evr = lam / total
 
     # Pearson of the scores with position, from the class moments

@@ -36,6 +36,7 @@ malformed input or fewer than 3 query/key rows raise ``ValueError``.
 from __future__ import annotations
 
 import numpy as np
+from scipy import linalg
 
 from qkwh.analyses import stats
 from qkwh.analyses.types import AnalysisResult, HeadData
@@ -134,8 +135,9 @@ def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) ->
 def _top_eigvec_in_complement(mat: np.ndarray, basis: np.ndarray) -> np.ndarray:
     """Top eigenvector of P mat P, computed inside the orthonormal ``basis`` of range(P)."""
     small = basis.T @ mat @ basis
-    _, vec = np.linalg.eigh(0.5 * (small + small.T))
-    return basis @ vec[:, -1]
+    m = small.shape[0]
+    _, vec = linalg.eigh(0.5 * (small + small.T), subset_by_index=[m - 1, m - 1], driver="evr")
+    return basis @ vec[:, 0]
 
 
 def _orient_towards(v: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -289,12 +291,19 @@ def analyse(
         return _degenerate(mom, params)
 
     # ---- plane metrics (raw projections) ---------------------------------------------------
-    # one pass over the rows: raw projections on [a, b, w_0, w_2, ..., w_1, w_3, ...]
     lam, w = _complement(mom, a, b, scatter, n)
     n_pairs = int(min(params.max_pairs, lam.size // 2))
+    # one pass over the rows: centred projections Z = (X - x̄)[a, b, w_0, w_2, ..., w_1, w_3, ...]
     proj_dirs = np.column_stack([a, b, w[:, 0 : 2 * n_pairs : 2], w[:, 1 : 2 * n_pairs : 2]])
-    pq_, pk_ = mom.project(proj_dirs)
-    qa, qb, ka, kb = pq_[:, 0], pq_[:, 1], pk_[:, 0], pk_[:, 1]
+    xbar = mom.mean
+    z = np.empty((n, proj_dirs.shape[1]))
+    np.matmul(mom.qc, proj_dirs, out=z[: mom.n_q])
+    z[: mom.n_q] += (mom.mu_q - xbar) @ proj_dirs
+    np.matmul(mom.kc, proj_dirs, out=z[mom.n_q :])
+    z[mom.n_q :] += (mom.mu_k - xbar) @ proj_dirs
+    ya, yb = xbar @ a, xbar @ b  # raw projection = centred + x̄ᵀv
+    qa, qb = z[: mom.n_q, 0] + ya, z[: mom.n_q, 1] + yb
+    ka, kb = z[mom.n_q :, 0] + ya, z[mom.n_q :, 1] + yb
     y = np.concatenate([qa, ka])
     position_r = abs(stats.pearson(y, tau))
     r_q_a = stats.pearson(qa, mom.t)
@@ -320,15 +329,12 @@ def analyse(
 
     # ---- complement pairs -----------------------------------------------------------------
     omegas = stats.log_omega_grid(head.context_length, head.bucket_size, params.omega_grid)
-    xbar = mom.mean
     y_c = y - y.mean()
     u = np.empty((n, 2 + 2 * n_pairs), dtype=np.float64)
     u[:, 0] = 1.0
     u[:, 1] = y_c
     if n_pairs > 0:
-        z = np.concatenate([pq_[:, 2:], pk_[:, 2:]])
-        z -= xbar @ proj_dirs[:, 2:]  # centred scores Z = (X - x̄) W
-        ze, zo = z[:, :n_pairs], z[:, n_pairs:]  # (N, P) each
+        ze, zo = z[:, 2 : 2 + n_pairs], z[:, 2 + n_pairs :]  # (N, P) each: SVD_2i, SVD_2i+1
         theta = np.arctan2(zo, ze)
         angle_r = stats.pearson_cols(theta, tau)
         rho = np.multiply(ze, ze)
@@ -384,7 +390,10 @@ def analyse(
         m_k = ((mom.mu_k - xbar) @ wp).reshape(n_pairs, 2)
         scale = (np.trace(mom.scatter) / n + float(xbar @ xbar)) * np.ones(n_pairs)
         lw, lw0 = stats.lda_direction(m_q, m_k, s_w, mom.n_q, mom.n_k, scale=scale)
-        qk_acc = stats.lda_accuracy_from_scores(ze * lw[:, 0] + zo * lw[:, 1] + lw0, mom.n_q)
+        score = ze * lw[:, 0]
+        score += zo * lw[:, 1]
+        score += lw0
+        qk_acc = stats.lda_accuracy_from_scores(score, mom.n_q)
         active = circ_pm >= params.t_active
         pairs = {
             "pair": np.arange(n_pairs, dtype=np.int64),
