@@ -69,6 +69,7 @@ __all__ = [
 HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (§2.3.3)
 SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (§2.3.2)
 _GRAM_BLOCK = 1 << 20  # max float64 entries of one batched Gram block in exhaustive mode
+_HEAT_DENSE_MAX = 1 << 18  # larger (dx_bin, dm_bin) grids are accumulated sparsely
 
 HEADS, BUCKETS, HEATMAP, COMPONENTS = (
     "plasticity_heads",
@@ -678,10 +679,12 @@ def enumerate_pairs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class HeatmapAccumulator:
-    """Dense accumulators ``n, sum_pp, sum_pp2`` over ``(dx_bin, dm_bin)`` for one q-bucket.
+    """Accumulators ``n, sum_pp, sum_pp2`` over ``(dx_bin, dm_bin)`` for one q-bucket.
 
     dx_bin = floor(|s1 - s2| / W), dm_bin = floor((tau - (s1 + s2)/2) / W).  The grid bounds come
-    from the eligible key positions ``[s_min, s_max]``, so every pair falls inside.
+    from the eligible key positions ``[s_min, s_max]``, so every pair falls inside.  Dense
+    ``bincount`` accumulation; when the grid would exceed ``_HEAT_DENSE_MAX`` cells (W tiny
+    relative to the key span) the non-empty cells are merged sparsely instead.
     """
 
     tau: float
@@ -691,6 +694,7 @@ class HeatmapAccumulator:
     n_dx: int = field(init=False)
     dm_lo: int = field(init=False)
     n_dm: int = field(init=False)
+    cells: np.ndarray | None = field(init=False)  # sparse mode: sorted occupied cell codes
     n: np.ndarray = field(init=False)
     sum_pp: np.ndarray = field(init=False)
     sum_pp2: np.ndarray = field(init=False)
@@ -700,6 +704,9 @@ class HeatmapAccumulator:
         self.dm_lo = int(math.floor((self.tau - self.s_max) / self.width))
         self.n_dm = int(math.floor((self.tau - self.s_min) / self.width)) - self.dm_lo + 1
         size = self.n_dx * self.n_dm
+        dense = size <= _HEAT_DENSE_MAX
+        self.cells = None if dense else np.zeros(0, dtype=np.int64)
+        size = size if dense else 0
         self.n = np.zeros(size, dtype=np.int64)
         self.sum_pp = np.zeros(size)
         self.sum_pp2 = np.zeros(size)
@@ -709,17 +716,30 @@ class HeatmapAccumulator:
         dx = np.floor(np.abs(s1 - s2) / self.width).astype(np.int64)
         dm = np.floor((self.tau - 0.5 * (s1 + s2)) / self.width).astype(np.int64) - self.dm_lo
         cell = dx * self.n_dm + dm
-        size = self.n.size
-        self.n += np.bincount(cell, minlength=size)
-        self.sum_pp += np.bincount(cell, weights=pp, minlength=size)
-        self.sum_pp2 += np.bincount(cell, weights=pp * pp, minlength=size)
+        if self.cells is None:
+            size = self.n.size
+            self.n += np.bincount(cell, minlength=size)
+            self.sum_pp += np.bincount(cell, weights=pp, minlength=size)
+            self.sum_pp2 += np.bincount(cell, weights=pp * pp, minlength=size)
+            return
+        codes, inv = np.unique(np.concatenate([self.cells, cell]), return_inverse=True)
+        ones = np.concatenate([self.n, np.ones(len(cell), dtype=np.int64)])
+        self.n = np.bincount(inv, weights=ones, minlength=len(codes)).astype(np.int64)
+        self.sum_pp = np.bincount(inv, weights=np.concatenate([self.sum_pp, pp]), minlength=len(codes))
+        self.sum_pp2 = np.bincount(inv, weights=np.concatenate([self.sum_pp2, pp * pp]), minlength=len(codes))
+        self.cells = codes
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Non-empty cells as ``(dx_bin, dm_bin, n, sum_pp, sum_pp2)``, ordered by (dx, dm)."""
-        nz = np.flatnonzero(self.n)
+        if self.cells is None:
+            nz = np.flatnonzero(self.n)
+            codes = nz
+        else:
+            nz = np.arange(len(self.cells))
+            codes = self.cells
         return (
-            nz // self.n_dm,
-            nz % self.n_dm + self.dm_lo,
+            codes // self.n_dm,
+            codes % self.n_dm + self.dm_lo,
             self.n[nz],
             self.sum_pp[nz],
             self.sum_pp2[nz],

@@ -524,6 +524,18 @@ def test_exhaustive_gram_blocking_does_not_change_results(monkeypatch):
                 assert_array_equal(small[table][col], val)
 
 
+@pytest.mark.parametrize("pairs", ["sampled", "exhaustive"])
+def test_sparse_heatmap_accumulation_matches_dense(monkeypatch, pairs):
+    head = make_head(n_examples=30, n_buckets=6, k_per=3)
+    dense = run(head, pairs=pairs)["plasticity_heatmap"]
+    monkeypatch.setattr(pl, "_HEAT_DENSE_MAX", 1)
+    sparse = run(head, pairs=pairs)["plasticity_heatmap"]
+    for col in ("q_bucket", "dx_bin", "dm_bin", "n"):
+        assert_array_equal(sparse[col], dense[col])
+    assert_allclose(sparse["sum_pp"], dense["sum_pp"], rtol=1e-12)
+    assert_allclose(sparse["sum_pp2"], dense["sum_pp2"], rtol=1e-12)
+
+
 def test_exhaustive_matches_direct_pair_formula():
     rng = np.random.default_rng(8)
     d = 7
