@@ -237,8 +237,7 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     pos_exact_q = _pos_var_exact(mom.cross_qt, mom.stt, mom.scatter_q, zero_t, mom.msq_q, n_q)
     pos_exact_k = _pos_var_exact(mom.cross_ks, mom.sss, mom.scatter_k, zero_s, mom.msq_k, n_k)
     dmean0 = float(mean_q[0] - mean_k[0])
-    zq, zk = mom.project(v[:, : min(2, n_pc)], centre=xbar)
-    acc = stats.lda_accuracy(np.concatenate([zq, zk]), mom.is_q)
+    acc = _lda_accuracy_pc01(mom, v[:, : min(2, n_pc)], xbar)
     res.add(
         "pca_heads",
         _heads_row(
@@ -261,6 +260,24 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
         ),
     )
     return res
+
+
+def _lda_accuracy_pc01(mom: stats.HeadMoments, v: np.ndarray, xbar: np.ndarray) -> float:
+    """In-sample 2-D LDA accuracy on (z_0, z_1) (see :func:`stats.lda_direction`).
+
+    Class means Vᵀ(μ - x̄) and the pooled within-class covariance Vᵀ(S_Q + S_K)V/N come from the
+    moments; the discriminant z·w + w0 = (x - x̄)·(V w) + w0 then needs one matrix-vector
+    product per class instead of projecting every row on both components.
+    """
+    m_q, m_k = (mom.mu_q - xbar) @ v, (mom.mu_k - xbar) @ v
+    s_w = v.T @ (mom.scatter_q + mom.scatter_k) @ v / mom.n
+    w, w0 = stats.lda_direction(m_q[None], m_k[None], s_w[None], mom.n_q, mom.n_k, scale=mom.msq)
+    if np.isnan(w0[0]):
+        return float("nan")
+    u = v @ w[0]
+    score_q = mom.qc @ u + (float(m_q @ w[0]) + w0[0])
+    score_k = mom.kc @ u + (float(m_k @ w[0]) + w0[0])
+    return (np.count_nonzero(score_q > 0) + np.count_nonzero(score_k <= 0)) / mom.n
 
 
 def _pos_var_exact(

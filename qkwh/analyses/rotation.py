@@ -296,14 +296,15 @@ def analyse(
     # one pass over the rows: centred projections Z = (X - x̄)[a, b, w_0, w_2, ..., w_1, w_3, ...]
     proj_dirs = np.column_stack([a, b, w[:, 0 : 2 * n_pairs : 2], w[:, 1 : 2 * n_pairs : 2]])
     xbar = mom.mean
-    z = np.empty((n, proj_dirs.shape[1]))
-    np.matmul(mom.qc, proj_dirs, out=z[: mom.n_q])
-    z[: mom.n_q] += (mom.mu_q - xbar) @ proj_dirs
-    np.matmul(mom.kc, proj_dirs, out=z[mom.n_q :])
-    z[mom.n_q :] += (mom.mu_k - xbar) @ proj_dirs
+    # stored transposed, (directions, N): every per-pair block below is then contiguous
+    zt = np.empty((proj_dirs.shape[1], n))
+    np.matmul(proj_dirs.T, mom.qc.T, out=zt[:, : mom.n_q])
+    zt[:, : mom.n_q] += ((mom.mu_q - xbar) @ proj_dirs)[:, None]
+    np.matmul(proj_dirs.T, mom.kc.T, out=zt[:, mom.n_q :])
+    zt[:, mom.n_q :] += ((mom.mu_k - xbar) @ proj_dirs)[:, None]
     ya, yb = xbar @ a, xbar @ b  # raw projection = centred + x̄ᵀv
-    qa, qb = z[: mom.n_q, 0] + ya, z[: mom.n_q, 1] + yb
-    ka, kb = z[mom.n_q :, 0] + ya, z[mom.n_q :, 1] + yb
+    qa, qb = zt[0, : mom.n_q] + ya, zt[1, : mom.n_q] + yb
+    ka, kb = zt[0, mom.n_q :] + ya, zt[1, mom.n_q :] + yb
     y = np.concatenate([qa, ka])
     position_r = abs(stats.pearson(y, tau))
     r_q_a = stats.pearson(qa, mom.t)
@@ -330,17 +331,17 @@ def analyse(
     # ---- complement pairs -----------------------------------------------------------------
     omegas = stats.log_omega_grid(head.context_length, head.bucket_size, params.omega_grid)
     y_c = y - y.mean()
-    u = np.empty((n, 2 + 2 * n_pairs), dtype=np.float64)
-    u[:, 0] = 1.0
-    u[:, 1] = y_c
+    ut = np.empty((2 + 2 * n_pairs, n), dtype=np.float64)  # Fourier weights, transposed
+    ut[0] = 1.0
+    ut[1] = y_c
     if n_pairs > 0:
-        ze, zo = z[:, 2 : 2 + n_pairs], z[:, 2 + n_pairs :]  # (N, P) each: SVD_2i, SVD_2i+1
+        ze, zo = zt[2 : 2 + n_pairs], zt[2 + n_pairs :]  # (P, N) each: SVD_2i, SVD_2i+1
         theta = np.arctan2(zo, ze)
-        angle_r = stats.pearson_cols(theta, tau)
+        angle_r = stats.pearson_cols(theta.T, tau)
         rho = np.multiply(ze, ze)
         rho += zo * zo
         np.sqrt(rho, out=rho)
-        cos_t, sin_t = u[:, 2 : 2 + n_pairs], u[:, 2 + n_pairs :]
+        cos_t, sin_t = ut[2 : 2 + n_pairs], ut[2 + n_pairs :]
         with np.errstate(invalid="ignore", divide="ignore"):
             np.divide(ze, rho, out=cos_t)
             np.divide(zo, rho, out=sin_t)
@@ -353,11 +354,11 @@ def analyse(
     hi = max(float(head.context_length - 1), float(tau.max()))
     if stats.cheb_order(2.0 * float(omegas[-1]) * 0.5 * (hi - lo)) <= 1024:
         cheb = stats.ChebyshevBasis(tau, 2.0 * float(omegas[-1]), interval=(lo, hi))
-        sums = cheb.transform(u, omegas)  # (G, 2 + 2P) at ω
-        f2 = cheb.transform(u[:, 0], 2.0 * omegas)  # Σ e^{-2iωτ}
+        sums = cheb.transform(ut.T, omegas)  # (G, 2 + 2P) at ω
+        f2 = cheb.transform(ut[0], 2.0 * omegas)  # Σ e^{-2iωτ}
     else:  # huge ω·L (bucket_size of a few tokens): direct sums, slow but exact
-        sums = stats.nudft(tau, u, omegas, origin=0.5 * (lo + hi))
-        f2 = stats.nudft(tau, u[:, 0], 2.0 * omegas, origin=0.5 * (lo + hi))
+        sums = stats.nudft(tau, ut.T, omegas, origin=0.5 * (lo + hi))
+        f2 = stats.nudft(tau, ut[0], 2.0 * omegas, origin=0.5 * (lo + hi))
     r2 = _omega_fit(sums[:, 1], sums[:, 0], f2, n, float(y_c @ y_c))
     if np.all(np.isnan(r2)):
         omega, omega_r2 = np.nan, np.nan
@@ -390,10 +391,10 @@ def analyse(
         m_k = ((mom.mu_k - xbar) @ wp).reshape(n_pairs, 2)
         scale = (np.trace(mom.scatter) / n + float(xbar @ xbar)) * np.ones(n_pairs)
         lw, lw0 = stats.lda_direction(m_q, m_k, s_w, mom.n_q, mom.n_k, scale=scale)
-        score = ze * lw[:, 0]
-        score += zo * lw[:, 1]
-        score += lw0
-        qk_acc = stats.lda_accuracy_from_scores(score, mom.n_q)
+        score = ze * lw[:, :1]
+        score += zo * lw[:, 1:]
+        score += lw0[:, None]
+        qk_acc = stats.lda_accuracy_from_scores(score.T, mom.n_q)
         active = circ_pm >= params.t_active
         pairs = {
             "pair": np.arange(n_pairs, dtype=np.int64),

@@ -133,6 +133,7 @@ def test_qk_accuracy_is_the_2d_lda_of_the_spec(positional) -> None:
     dq = z @ inv @ mq - 0.5 * mq @ inv @ mq + np.log(pi_q)
     dk = z @ inv @ mk - 0.5 * mk @ inv @ mk + np.log(1 - pi_q)
     assert_allclose(row["qk_acc_pc01"], np.mean((dq > dk) == lab), rtol=0, atol=1e-12)
+    assert_allclose(stats.lda_accuracy(z, lab), np.mean((dq > dk) == lab), rtol=0, atol=1e-12)
     assert row["qk_acc_pc01"] > 0.95  # planted separation 6 >> noise 1
 
 
