@@ -110,7 +110,7 @@ def tables_with_column(con: duckdb.DuckDBPyConnection, column: str, *, base_tabl
 
 # Per-head result tables written by `qkwh compute` (spec §2) plus its bookkeeping.
 COMPUTE_TABLES: tuple[str, ...] = (
-    "pca_components", "pca_heads",
+    "pca_components", "pca_heads", "pca_axes",
     "rotation_heads", "rotation_pairs", "rotation_axes",
     "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components",
     "head_runs",

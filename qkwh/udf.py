@@ -121,6 +121,19 @@ def _rows(*arrays: pa.ChunkedArray):
         yield [c[i] for c in chunks]
 
 
+def _single_threaded(fn):
+    """Run a UDF with BLAS on one thread, like the compute workers (bit-identical results)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1):
+            return fn(*args)
+
+    return wrapper
+
+
 def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) -> None:
     """Register qkwh_pca, qkwh_rotation and qkwh_plasticity on ``con``."""
     from qkwh.analyses import pca, plasticity, rotation
@@ -186,6 +199,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
          _struct_sql(pl_cols, bucket_sql)),
     ]
     for name, fn, params, ret in specs:
+        fn = _single_threaded(fn)
         try:
             con.remove_function(name)
         except Exception:  # not registered yet

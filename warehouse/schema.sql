@@ -135,6 +135,16 @@ CREATE TABLE IF NOT EXISTS pca_heads (
     PRIMARY KEY (model_id, layer, q_head)
 );
 
+-- Not a spec table: the canonicalised principal axes and the pooled mean of each head, kept
+-- (like rotation_axes) so reports can draw Q/K in the PC0/PC1 plane: z_i = (x - mean)·pc_i.
+CREATE TABLE IF NOT EXISTS pca_axes (
+    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
+    axis VARCHAR NOT NULL,                       -- 'mean' | 'pc0' .. 'pc9'
+    vec FLOAT[],
+    config_id VARCHAR NOT NULL,
+    PRIMARY KEY (model_id, layer, q_head, axis)
+);
+
 -- spec §2.2
 CREATE TABLE IF NOT EXISTS rotation_heads (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
@@ -166,9 +176,11 @@ CREATE TABLE IF NOT EXISTS rotation_pairs (
 );
 
 -- vec is FLOAT[] (a list) rather than FLOAT[d]: one table holds models with different d.
+-- Besides the spec's a, b, b_centroid: 'mean' (pooled mean) and the complement directions
+-- 'w0' .. 'w{2n-1}' (pair i = w_{2i}, w_{2i+1}), for the complement-pair collage.
 CREATE TABLE IF NOT EXISTS rotation_axes (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    axis VARCHAR NOT NULL,                       -- 'a' | 'b' | 'b_centroid'
+    axis VARCHAR NOT NULL,                       -- 'a' | 'b' | 'b_centroid' | 'mean' | 'w0' ..
     vec FLOAT[],
     config_id VARCHAR NOT NULL,
     PRIMARY KEY (model_id, layer, q_head, axis)

@@ -259,6 +259,11 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
             qk_acc_pc01=acc,
         ),
     )
+    # the canonicalised components and the pooled mean, for PC0/PC1 collages (z = (x - mean)·pc)
+    res.add("pca_axes", {
+        "axis": np.array(["mean", *(f"pc{i}" for i in range(n_pc))], dtype=object),
+        "vec": np.vstack([xbar, v.T]),
+    })
     return res
 
 

@@ -10,7 +10,8 @@ One head in, three tables out (head key and ``config_id`` are added by the calle
   n_active_pairs, active_var_frac, cos_b_bc``;
 * ``rotation_pairs`` (one row per complement SVD pair): ``pair, sv_var_share, angle_r,
   angle_r_circ, omega_pair, angle_r_circ_pm, omega_pair_pm, qk_acc, active``;
-* ``rotation_axes`` (rows ``axis`` = 'a', 'b', 'b_centroid'): ``axis`` (object array of str) and
+* ``rotation_axes`` (rows ``axis`` = 'a', 'b', 'b_centroid', plus 'mean' (pooled x̄) and the
+  complement directions 'w0' .. 'w{2n-1}' for collages): ``axis`` (object array of str) and
   ``vec`` as a 2-D float array (n_axes, d); 'b' is always the eigenvector axis, whatever
   ``b_mode`` says.
 
@@ -442,5 +443,11 @@ def analyse(
     res = AnalysisResult()
     res.add("rotation_heads", _head_row(mom, params, False, int(active.sum()), values))
     res.add("rotation_pairs", pairs)
-    res.add("rotation_axes", {"axis": np.array(["a", "b", "b_centroid"], dtype=object), "vec": np.vstack([a, b_eig, b_cen])})
+    # axes for visualisation (spec §2.2.6) plus what a collage of the complement pairs needs:
+    # the pooled mean and the SVD directions w_j (pair i = w_{2i}, w_{2i+1}; score = (x - mean)·w)
+    w_names = [f"w{j}" for j in range(2 * n_pairs)]
+    res.add("rotation_axes", {
+        "axis": np.array(["a", "b", "b_centroid", "mean", *w_names], dtype=object),
+        "vec": np.vstack([a, b_eig, b_cen, xbar, w[:, : 2 * n_pairs].T]),
+    })
     return res

@@ -27,11 +27,19 @@ class Executor(Protocol):
 
 
 class SerialExecutor:
-    """Runs tasks in this process, one after another."""
+    """Runs tasks in this process, one after another, with BLAS limited to one thread.
+
+    LAPACK's eigensolvers give results that differ in the last bits with the thread count, so
+    every path (pool workers, in-process, SQL functions) computes single-threaded.
+    """
 
     def map_unordered(self, fn, items):
+        from threadpoolctl import threadpool_limits
+
         for item in items:
-            yield fn(item)
+            with threadpool_limits(limits=1):
+                result = fn(item)
+            yield result
 
     def close(self) -> None:
         pass

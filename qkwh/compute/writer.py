@@ -14,7 +14,7 @@ from qkwh.compute.work import HeadOutcome
 from qkwh.params import RunConfig
 
 ANALYSIS_TABLES: dict[str, tuple[str, ...]] = {
-    "pca": ("pca_components", "pca_heads"),
+    "pca": ("pca_components", "pca_heads", "pca_axes"),
     "rotation": ("rotation_heads", "rotation_pairs", "rotation_axes"),
     "plasticity": ("plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components"),
 }

@@ -280,6 +280,21 @@ def test_output_contract_matches_schema_columns() -> None:
     tables = pca.analyse(_head(seed=10, n_q=100, n_k=100, d=12)[0]).tables
     assert set(tables["pca_components"]) == columns("pca_components")
     assert set(tables["pca_heads"]) == columns("pca_heads")
+    assert set(tables["pca_axes"]) == columns("pca_axes")
+
+
+def test_pca_axes_reproduce_the_stored_scores() -> None:
+    """pca_axes holds the canonical components and the pooled mean: (x - mean)·pc_i has the
+    stored mean and variance of z^Q_i, z^K_i."""
+    head = _head(seed=12, n_q=400, n_k=300, d=16)[0]
+    t = pca.analyse(head).tables
+    axes = dict(zip(t["pca_axes"]["axis"], t["pca_axes"]["vec"]))
+    v = np.column_stack([axes[f"pc{i}"] for i in range(len(t["pca_components"]["pc"]))])
+    zq = (head.q.astype(np.float64) - axes["mean"]) @ v
+    zk = (head.k.astype(np.float64) - axes["mean"]) @ v
+    np.testing.assert_allclose(zq.mean(0), t["pca_components"]["mean_q"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(zk.var(0, ddof=1), t["pca_components"]["var_k"], rtol=1e-9)
+    np.testing.assert_allclose(v.T @ v, np.eye(v.shape[1]), atol=1e-12)
 
 
 def test_real_sample_heads() -> None:

@@ -52,8 +52,15 @@ def planted() -> tuple[HeadData, synth.PlantedTruth, dict, dict, dict]:
 # ---------------------------------------------------------------------------------------------
 def test_planted_axes_recovered(planted) -> None:
     head, truth, row, _, axes = planted
-    assert list(axes["axis"]) == ["a", "b", "b_centroid"]
-    a, b, bc = axes["vec"]
+    names = list(axes["axis"])
+    assert names[:4] == ["a", "b", "b_centroid", "mean"]
+    assert names[4:] == [f"w{j}" for j in range(2 * len(_run(head)[1]["pair"]))]
+    a, b, bc = axes["vec"][:3]
+    np.testing.assert_allclose(axes["vec"][3], np.vstack([head.q, head.k]).astype(np.float64).mean(0), rtol=1e-10, atol=1e-12)
+    # complement directions: orthonormal and orthogonal to the plane {a, b}
+    w = axes["vec"][4:]
+    np.testing.assert_allclose(w @ w.T, np.eye(len(w)), atol=1e-10)
+    np.testing.assert_allclose(w @ np.column_stack([a, b]), 0.0, atol=1e-10)
     # noise covariance with position tilts a by ~0.03 rad at n = 8000 per class, d = 32
     assert abs(a @ truth.a) > 0.998
     assert a @ truth.a > 0  # orientation: projections increase with position (alpha > 0 planted)
@@ -113,7 +120,7 @@ def test_drift_scale_scales_alpha_and_bias() -> None:
 # ---------------------------------------------------------------------------------------------
 def test_axes_orthonormal_and_lemma_on_data(planted) -> None:
     head, _, row, _, axes = planted
-    a, b, bc = axes["vec"]
+    a, b, bc = axes["vec"][:3]
     assert_allclose([a @ a, b @ b, bc @ bc], 1.0, atol=1e-14)
     assert abs(a @ b) < 1e-14
     assert abs(a @ bc) < 1e-14
@@ -133,7 +140,7 @@ def test_axes_orthonormal_and_lemma_on_data(planted) -> None:
 
 def test_metric_definitions_match_direct_computation(planted) -> None:
     head, _, row, _, axes = planted
-    a, b, _ = axes["vec"]
+    a, b, _ = axes["vec"][:3]
     x, tau = _pooled(head)
     q, k = head.q.astype(np.float64), head.k.astype(np.float64)
     qa, ka, qb, kb = q @ a, k @ a, q @ b, k @ b
@@ -204,7 +211,8 @@ def test_b_modes_store_both_axes_and_switch_the_b_metrics() -> None:
     eig, _, ax_eig = _run(head, b_mode="eig")
     cen, _, ax_cen = _run(head, b_mode="centroid")
     assert eig["b_mode"] == "eig" and cen["b_mode"] == "centroid"
-    assert_allclose(ax_eig["vec"], ax_cen["vec"], atol=1e-15)  # both axes always stored
+    # both axes (and the mean) are always stored; the complement directions follow the chosen b
+    assert_allclose(ax_eig["vec"][:4], ax_cen["vec"][:4], atol=1e-15)
     q = head.q.astype(np.float64)
     assert_allclose(eig["mu_q_b"], (q @ ax_eig["vec"][1]).mean(), rtol=1e-10)
     assert_allclose(cen["mu_q_b"], (q @ ax_cen["vec"][2]).mean(), rtol=1e-10)
@@ -370,7 +378,8 @@ def test_output_contract_matches_schema_columns() -> None:
         assert set(tables[table]) == schema_columns(table), table
         assert len({len(v) for v in tables[table].values()}) == 1
     assert "n_active_pairs" in schema_columns("rotation_heads")
-    assert tables["rotation_axes"]["vec"].shape == (3, 12)
+    n_pairs = len(tables["rotation_pairs"]["pair"])
+    assert tables["rotation_axes"]["vec"].shape == (4 + 2 * n_pairs, 12)
     assert tables["rotation_heads"]["n_active_pairs"].dtype.kind == "i"
     assert tables["rotation_pairs"]["active"].dtype == bool
 
@@ -462,5 +471,5 @@ def test_embedded_sample_runs_clean() -> None:
     for h in heads:
         row, pairs, axes = _run(h)
         assert not row["degenerate"] and row["residual_pos_r"] < 1e-12
-        assert len(pairs["pair"]) == 30 and axes["vec"].shape == (3, 64)
+        assert len(pairs["pair"]) == 30 and axes["vec"].shape == (4 + 60, 64)
         assert np.all(np.isfinite(pairs["angle_r_circ_pm"]))

@@ -22,7 +22,7 @@ from qkwh.params import RunConfig
 from tests.conftest import SAMPLE
 
 runner = CliRunner()
-RESULT_TABLES = ("pca_components", "pca_heads", "rotation_heads", "rotation_pairs", "rotation_axes",
+RESULT_TABLES = ("pca_components", "pca_heads", "pca_axes", "rotation_heads", "rotation_pairs", "rotation_axes",
                  "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components")
 N_HEADS = 12  # the embedded sample
 
@@ -63,7 +63,8 @@ def test_every_table_is_filled_for_every_head(computed: Path):
     assert con.execute("SELECT count(*) FROM pca_components").fetchone()[0] == N_HEADS * 10
     assert con.execute("SELECT count(*) FROM plasticity_buckets").fetchone()[0] == N_HEADS * 16
     assert con.execute("SELECT count(*) FROM plasticity_components").fetchone()[0] == N_HEADS * 64
-    assert con.execute("SELECT count(*) FROM rotation_axes").fetchone()[0] == N_HEADS * 3
+    assert con.execute("SELECT count(*) FROM rotation_axes WHERE axis IN ('a', 'b', 'b_centroid', 'mean')").fetchone()[0] == N_HEADS * 4
+    assert con.execute("SELECT count(*) FROM pca_axes").fetchone()[0] == N_HEADS * 11
     # k_head beside every result row follows the GQA rule; config ids point at run_config
     assert con.execute("SELECT count(*) FROM rotation_heads WHERE k_head <> q_head // 3").fetchone()[0] == 0
     orphans = con.execute("SELECT count(*) FROM head_runs r LEFT JOIN run_config c USING (config_id) "
@@ -92,7 +93,7 @@ def test_changed_parameter_recomputes_only_that_analysis(computed: Path, tmp_pat
     report = compute(db, workers=1, config=cfg)
     assert report.n_written == N_HEADS
     after = results(db)
-    for t in ("pca_components", "pca_heads", "rotation_heads", "rotation_pairs", "rotation_axes"):
+    for t in ("pca_components", "pca_heads", "pca_axes", "rotation_heads", "rotation_pairs", "rotation_axes"):
         assert after[t] == before[t]
     assert after["plasticity_buckets"] != before["plasticity_buckets"]
     con = store.connect(db, read_only=True)
