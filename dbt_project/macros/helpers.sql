@@ -1,0 +1,77 @@
+{# Shared SQL fragments of the qkwh marts.  Each one is a single definition used everywhere. #}
+
+{# A DOUBLE that compute may have written as NaN/±Inf becomes NULL, so avg()/corr() skip it. #}
+{% macro finite(expr) -%}
+    case when isfinite({{ expr }}) then {{ expr }} end
+{%- endmacro %}
+
+{# Head label used in reports and exports: layer 5, query head 3 -> 'L5H3'. #}
+{% macro head_label(layer, q_head) -%}
+    ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
+{%- endmacro %}
+
+{#
+  Pearson r of y on x as an aggregate.  NULL (not NaN) when fewer than var('min_corr_n') complete
+  pairs or when either side has zero variance; pair it with pair_count() for the n.
+#}
+{% macro pearson_r(x, y) -%}
+    case
+        when regr_count({{ y }}, {{ x }}) >= {{ var('min_corr_n') }}
+         and var_pop(case when {{ y }} is not null then {{ x }} end) > 0
+         and var_pop(case when {{ x }} is not null then {{ y }} end) > 0
+        then corr({{ y }}, {{ x }})
+    end
+{%- endmacro %}
+
+{% macro pair_count(x, y) -%}
+    cast(regr_count({{ y }}, {{ x }}) as bigint)
+{%- endmacro %}
+
+{#
+  spec §3 five-class taxonomy on the canonicalised PC0 correlations: signed r_q and |r_k|,
+  strict inequalities evaluated in order; ties at the thresholds fall through to 'mixed'.
+#}
+{% macro taxonomy_class(r_q, r_k, high=none, low=none) -%}
+    {%- set high = high if high is not none else var('taxonomy_high') -%}
+    {%- set low = low if low is not none else var('taxonomy_low') -%}
+    case
+        when {{ r_q }} is null or {{ r_k }} is null then null
+        when {{ r_q }} > {{ high }} and abs({{ r_k }}) > {{ high }} then 'position_dominated'
+        when {{ r_q }} > {{ high }} and abs({{ r_k }}) < {{ low }} then 'q_positional'
+        when {{ r_q }} < {{ low }} and abs({{ r_k }}) > {{ high }} then 'k_positional'
+        when {{ r_q }} < {{ low }} and abs({{ r_k }}) < {{ low }} then 'content_focused'
+        else 'mixed'
+    end
+{%- endmacro %}
+
+{#
+  Thesis 4-class variant (spec I-10): |r_q| and |r_k|; Q-positional = |r_q| > high and
+  |r_k| <= high; no K-positional class.
+#}
+{% macro taxonomy_class_th4(r_q, r_k, high=none, low=none) -%}
+    {%- set high = high if high is not none else var('taxonomy_high') -%}
+    {%- set low = low if low is not none else var('taxonomy_low') -%}
+    case
+        when {{ r_q }} is null or {{ r_k }} is null then null
+        when abs({{ r_q }}) > {{ high }} and abs({{ r_k }}) > {{ high }} then 'position_dominated'
+        when abs({{ r_q }}) > {{ high }} then 'q_positional'
+        when abs({{ r_q }}) < {{ low }} and abs({{ r_k }}) < {{ low }} then 'content_focused'
+        else 'mixed'
+    end
+{%- endmacro %}
+
+{# ';'-separated 0-based layer list (registry/catalog format) -> INTEGER[] ('' / NULL -> []). #}
+{% macro layer_list(expr) -%}
+    coalesce(
+        list_transform(
+            list_filter(string_split(coalesce({{ expr }}, ''), ';'), lambda s: trim(s) <> ''),
+            lambda s: cast(trim(s) as integer)
+        ),
+        cast([] as integer[])
+    )
+{%- endmacro %}
+
+{# Mean of the non-null arguments (NULL when one is missing: spec defines first/last 20 % on both). #}
+{% macro mean2(a, b) -%}
+    (({{ a }}) + ({{ b }})) / 2.0
+{%- endmacro %}
