@@ -1,0 +1,25 @@
+-- Plasticity buckets with their relative position f_j = tau_j / L_ctx, the decile they fall in
+-- (spec §2.3.8: floor(10 f_j), clipped to 9) and whether they count in n-weighted means
+-- (finite AP and n_queries > 0).
+with buckets as (
+    select * from {{ ref('stg_plasticity_buckets') }}
+),
+
+models as (
+    select model_id, context_length from {{ ref('int_models') }}
+),
+
+framed as (
+    select
+        b.*,
+        coalesce(b.bucket_frac, b.bucket_position / nullif(m.context_length, 0)) as f
+    from buckets as b
+    join models as m using (model_id)
+)
+
+select
+    *,
+    cast(least(greatest(floor(10 * f), 0), 9) as integer) as decile,
+    (ap_bucket is not null and n_queries > 0) as is_valid,
+    case when ap_bucket is not null and n_queries > 0 then cast(n_queries as double) end as weight
+from framed

@@ -1,0 +1,150 @@
+-- depends_on: {{ ref('plasticity_bins') }}
+-- One row per ingested model (spec §4): identity, head counts, PCA, taxonomy, rotation and
+-- plasticity summaries, one column per length-bin metric, and the benchmark constants.
+{%- set bin_metrics = plasticity_bin_metric_names() %}
+with models as (
+    select * from {{ ref('int_models') }}
+),
+
+catalog_heads as (
+    select model_id, count(*) as n_heads
+    from {{ ref('stg_heads') }}
+    group by model_id
+),
+
+bins as (
+    select
+        model_id
+        {%- for name in bin_metrics %},
+        max(ap) filter (where metric_name = '{{ name }}' and is_preferred_metric) as {{ name }}
+        {%- endfor %},
+        max(change_from_first_bin) filter (
+            where bin_set = 'lbp' and bin_index = (
+                select max(bin_index) from {{ ref('plasticity_bins') }} where bin_set = 'lbp'
+            )
+        ) as len_bin_total_drop
+    from {{ ref('int_model_length_bins') }}
+    group by model_id
+),
+
+layers as (
+    select
+        model_id,
+        count(*) filter (where shows_recovery) as n_layers_recovery,
+        count(recovery) as n_layers_with_recovery_value
+    from {{ ref('layer_profile') }}
+    group by model_id
+),
+
+bench as (
+    select
+        model_id,
+        max(score) filter (where benchmark = 'longbench_pro' and mode = 'non-thinking'
+                             and context_length_tokens is null) as lbp_overall,
+        max(score) filter (where benchmark = 'ruler' and context_length_tokens is null) as ruler_avg,
+        max(score) filter (where benchmark = 'ruler' and context_length_tokens = 131072) as ruler_128k
+    from {{ ref('benchmark_scores') }}
+    group by model_id
+)
+
+select
+    m.model_id,
+    m.family,
+    m.hf_model,
+    m.params_b,
+    m.study,
+    m.in_registry,
+    m.num_layers,
+    m.num_q_heads,
+    m.num_kv_heads,
+    m.gqa_ratio,
+    m.head_dim,
+    m.context_length,
+    m.bucket_size,
+    m.checkpoint_phase,
+    m.checkpoint_step,
+    m.checkpoint_order,
+    m.trajectory_rank,
+    coalesce(h.n_heads, 0) as n_heads,
+    coalesce(p.n_heads_pca, 0) as n_heads_pca,
+    coalesce(r.n_heads_rotation, 0) as n_heads_rotation,
+    coalesce(pl.n_heads_plasticity, 0) as n_heads_plasticity,
+    -- PCA (spec §2.1): per-pc means, head-level means, taxonomy fractions (spec §3)
+    {%- for k in range(10) %}
+    p.ev_{{ k }},
+    p.r_q_{{ k }},
+    p.r_k_{{ k }},
+    {%- endfor %}
+    p.abs_r_k_0,
+    p.pos_var_q_thesis,
+    p.pos_var_k_thesis,
+    p.pc0_share_pos_q,
+    p.pc0_share_pos_k,
+    p.pos_var_q_exact,
+    p.pos_var_k_exact,
+    p.qk_sep_pc0,
+    p.fisher_pc0,
+    p.qk_acc_pc01,
+    p.frac_position_dominated,
+    p.frac_q_positional,
+    p.frac_k_positional,
+    p.frac_content_focused,
+    p.frac_mixed,
+    -- rotation (spec §2.2)
+    r.n_degenerate,
+    r.position_r,
+    r.abs_r_q_a,
+    r.abs_r_k_a,
+    r.abs_alpha_q,
+    r.abs_alpha_k,
+    r.alpha_k,
+    r.mu_q_a,
+    r.bias_strength,
+    r.bias_strength_median,
+    r.frac_bias_positive,
+    r.frac_mu_q_a_positive,
+    r.bias_strength * m.context_length as bias_strength_ctx,
+    r.slope_ratio_kq_median,
+    r.separation_strength,
+    r.var_frac_a,
+    r.var_frac_b,
+    r.plane_var_fraction,
+    r.frac_var_b_gt_a,
+    r.content_var_b,
+    r.content_var_b_frac,
+    r.max_residual_pos_r,
+    r.n_active_pairs,
+    r.active_var_frac,
+    -- plasticity (spec §2.3.8)
+    pl.ap_overall,
+    {%- for k in range(10) %}
+    pl.decile_{{ k }},
+    {%- endfor %}
+    {%- for k in range(5) %}
+    pl.quintile_{{ k }},
+    {%- endfor %}
+    pl.ap_first_20pct,
+    pl.ap_last_20pct,
+    pl.ap_drop,
+    pl.decile_4_5_mean,
+    pl.decile_6_7_mean,
+    pl.mid_context_recovery,
+    l.n_layers_recovery,
+    pl.q_beta_norm,
+    pl.q_R2_pos,
+    {%- for name in bin_metrics %}
+    b.{{ name }},
+    {%- endfor %}
+    b.len_bin_total_drop,
+    -- external benchmarks (reference seeds)
+    be.lbp_overall,
+    be.ruler_avg,
+    be.ruler_128k
+from models as m
+left join catalog_heads as h using (model_id)
+left join {{ ref('int_model_pca') }} as p using (model_id)
+left join {{ ref('int_model_rotation') }} as r using (model_id)
+left join {{ ref('int_model_plasticity') }} as pl using (model_id)
+left join bins as b using (model_id)
+left join layers as l using (model_id)
+left join bench as be using (model_id)

@@ -1,0 +1,21 @@
+-- Attention plasticity per head and query bucket; NaN AP (no admissible pairs) becomes NULL.
+select
+    model_id,
+    layer,
+    q_head,
+    k_head,
+    {{ head_label('layer', 'q_head') }} as head_label,
+    q_bucket,
+    {{ finite('bucket_position') }} as bucket_position,
+    {{ finite('bucket_midpoint') }} as bucket_midpoint,
+    {{ finite('bucket_frac') }} as bucket_frac,
+    n_queries,
+    n_eligible_keys,
+    n_admissible_pairs,
+    n_pairs,
+    {{ finite('ap_bucket') }} as ap_bucket,
+    {{ finite('ap_bucket_se') }} as ap_bucket_se,
+    {{ finite('mean_abs_z') }} as mean_abs_z,
+    mode,
+    config_id
+from {{ source('qkwh', 'plasticity_buckets') }}

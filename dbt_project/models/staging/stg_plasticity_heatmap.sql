@@ -1,0 +1,15 @@
+-- Plasticity heatmap accumulators per head, q-bucket and (dx_bin, dm_bin).
+select
+    model_id,
+    layer,
+    q_head,
+    k_head,
+    {{ head_label('layer', 'q_head') }} as head_label,
+    q_bucket,
+    dx_bin,
+    dm_bin,
+    n,
+    {{ finite('sum_pp') }} as sum_pp,
+    {{ finite('sum_pp2') }} as sum_pp2,
+    config_id
+from {{ source('qkwh', 'plasticity_heatmap') }}
