@@ -1,0 +1,373 @@
+"""Build the marts: run the dbt project in ``dbt_project/`` in-process against one warehouse.
+
+``build()`` is ``qkwh build``: seeds, staging views, intermediate models, marts, every data test
+and every unit test (``dbt build``).  ``docs_generate()`` is ``qkwh docs``: the dbt docs site as a
+single self-contained HTML file.
+
+dbt is pointed at the warehouse through the ``QKWH_WAREHOUSE`` environment variable, which
+``dbt_project/profiles.yml`` reads; it is set to the resolved absolute path for the duration of
+the run.  ``target/`` and ``logs/`` stay inside ``dbt_project/`` (or a directory the caller
+names); anonymous usage statistics and version checks are off, so nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
+from qkwh.paths import DBT_PROJECT_DIR
+
+log = logging.getLogger("qkwh.build")
+
+WAREHOUSE_ENV = "QKWH_WAREHOUSE"
+
+_LOCK_PATTERNS = ("could not set lock on file", "conflicting lock is held")
+_dbt_lock = threading.Lock()  # dbt's runner is not re-entrant: one invocation per process at a time
+
+LogSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """Outcome of one dbt node (seed, model, data test or unit test)."""
+
+    unique_id: str
+    name: str
+    resource_type: str  # seed | model | test | unit_test
+    status: str  # success | pass | error | fail | warn | skipped | ...
+    message: str | None
+    seconds: float
+    failures: int | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("success", "pass", "warn", "no-op")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What ``build()`` / ``docs_generate()`` did: every node's outcome and where the logs are."""
+
+    warehouse: Path
+    command: str
+    success: bool
+    seconds: float
+    nodes: tuple[NodeResult, ...]
+    target_path: Path
+    log_path: Path
+    messages: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def failed(self) -> tuple[NodeResult, ...]:
+        return tuple(n for n in self.nodes if n.status in ("error", "fail", "runtime error"))
+
+    def count(self, resource_type: str, status: str | None = None) -> int:
+        return sum(
+            1
+            for n in self.nodes
+            if n.resource_type == resource_type and (status is None or n.status == status)
+        )
+
+    @property
+    def n_models(self) -> int:
+        return self.count("model")
+
+    @property
+    def n_seeds(self) -> int:
+        return self.count("seed")
+
+    @property
+    def n_tests(self) -> int:
+        """Data tests (generic + singular)."""
+        return self.count("test")
+
+    @property
+    def n_unit_tests(self) -> int:
+        return self.count("unit_test")
+
+    def summary(self) -> str:
+        """One line: counts per resource type and status, and the elapsed time."""
+        by = Counter((n.resource_type, n.status) for n in self.nodes)
+        parts = [f"{k[0]} {k[1]}={v}" for k, v in sorted(by.items())]
+        state = "ok" if self.success else "FAILED"
+        return f"dbt {self.command} {state} in {self.seconds:.1f}s: " + ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------
+# public API
+# ------------------------------------------------------------------------------------------
+
+
+def build(
+    warehouse: Path,
+    *,
+    select: str | None = None,
+    full_refresh: bool = False,
+    target_dir: Path | None = None,
+    threads: int | None = None,
+    log_sink: LogSink | None = None,
+) -> BuildResult:
+    """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
+
+    WAREHOUSE is the DuckDB file (the CLI resolves --warehouse, then $QKWH_WAREHOUSE, then
+    warehouse/qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary"
+    or "plasticity_profile+"); --full-refresh rebuilds everything from scratch.  The warehouse
+    must not be open for writing in another process while the build runs.
+
+    Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
+    file does not exist, and QkwhError naming the failing models/tests when anything fails.
+    """
+    args = ["build"]
+    if select:
+        args += ["--select", select]
+    if full_refresh:
+        args.append("--full-refresh")
+    if threads:
+        args += ["--threads", str(int(threads))]
+    result = _run_dbt(Path(warehouse), args, target_dir=target_dir, log_sink=log_sink)
+    if not result.success:
+        raise _failure_error(result)
+    return result
+
+
+def docs_generate(
+    warehouse: Path,
+    *,
+    target_dir: Path | None = None,
+    log_sink: LogSink | None = None,
+) -> Path:
+    """Generate the dbt docs site and return the path of a file that opens offline.
+
+    Runs `dbt docs generate --static` against the warehouse (which should have been built with
+    `qkwh build` so the catalog lists every column) and returns target/static_index.html, a
+    single HTML file with the manifest and catalog embedded: open it in any browser, no server
+    needed.  (`dbt docs serve --project-dir dbt_project --profiles-dir dbt_project` also works.)
+    """
+    result = _run_dbt(
+        Path(warehouse), ["docs", "generate", "--static"], target_dir=target_dir, log_sink=log_sink
+    )
+    if not result.success:
+        raise _failure_error(result)
+    static = result.target_path / "static_index.html"
+    return static if static.exists() else result.target_path / "index.html"
+
+
+# ------------------------------------------------------------------------------------------
+# internals
+# ------------------------------------------------------------------------------------------
+
+
+def _run_dbt(
+    warehouse: Path,
+    command_args: list[str],
+    *,
+    target_dir: Path | None,
+    log_sink: LogSink | None,
+) -> BuildResult:
+    from dbt.cli.main import dbtRunner  # heavy import: only when a build is asked for
+
+    warehouse = warehouse.expanduser().resolve()
+    _prepare_warehouse(warehouse)
+    target_path = (target_dir or DBT_PROJECT_DIR / "target").resolve()
+    log_path = target_path.parent / "logs" if target_dir else DBT_PROJECT_DIR / "logs"
+    command = " ".join(a for a in command_args if not a.startswith("-"))
+
+    args = [
+        *command_args,
+        "--project-dir", str(DBT_PROJECT_DIR),
+        "--profiles-dir", str(DBT_PROJECT_DIR),
+        "--target-path", str(target_path),
+        "--log-path", str(log_path),
+        "--log-level", "none",  # console output goes through the callback below
+        "--log-level-file", "debug",
+        "--no-use-colors",
+        "--no-send-anonymous-usage-stats",
+        "--no-version-check",
+    ]
+    messages: list[str] = []
+
+    def on_event(event: Any) -> None:
+        info = event.info
+        if info.level in ("info", "warn", "error") and info.msg.strip():
+            messages.append(info.msg)
+            if log_sink is not None:
+                log_sink(info.msg)
+            else:
+                log.log(_LEVELS.get(info.level, logging.INFO), "%s", info.msg)
+
+    t0 = time.perf_counter()
+    with _dbt_lock, _environment(
+        {
+            WAREHOUSE_ENV: str(warehouse),
+            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+            "DO_NOT_TRACK": "1",
+        }
+    ):
+        try:
+            res = dbtRunner(callbacks=[on_event]).invoke(args)
+        finally:
+            _release_duckdb()
+    seconds = time.perf_counter() - t0
+
+    nodes = _node_results(res.result)
+    result = BuildResult(
+        warehouse=warehouse,
+        command=command,
+        success=bool(res.success),
+        seconds=seconds,
+        nodes=nodes,
+        target_path=target_path,
+        log_path=log_path,
+        messages=tuple(messages),
+    )
+    texts = [str(res.exception or "")] + [n.message or "" for n in nodes] + messages
+    if any(_is_lock_message(t) for t in texts):
+        raise WarehouseLockedError(_lock_message(warehouse, next(t for t in texts if _is_lock_message(t))))
+    if res.exception is not None and not nodes:
+        raise QkwhError(f"dbt {command} could not run: {_one_line(str(res.exception))} (log: {log_path / 'dbt.log'})")
+    return result
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+
+
+def _release_duckdb() -> None:
+    """Close the DuckDB instance dbt-duckdb keeps open after a run.
+
+    dbt-duckdb caches one database environment per process; left open, the warehouse file stays
+    attached read-write, and a later read-only ``duckdb.connect`` in this process (the report, the
+    demo summary, tests) fails with "different configuration than existing connections".
+    """
+    try:
+        from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+    except ImportError:  # pragma: no cover - adapter always installed with qkwh
+        return
+    with DuckDBConnectionManager._LOCK:
+        env = DuckDBConnectionManager._ENV
+        DuckDBConnectionManager._ENV = None
+        if env is not None:
+            try:
+                env.close()
+            except Exception as exc:  # closing is best effort; the next run reopens anyway
+                log.debug("closing the dbt-duckdb environment failed: %s", exc)
+    import gc
+
+    gc.collect()  # drop cursors dbt left unreferenced so the database instance really closes
+
+
+def _prepare_warehouse(warehouse: Path) -> None:
+    """Fail early and clearly: missing file, or a file locked by another process.
+
+    Opening the warehouse read-write through the store also applies the schema (idempotent), so
+    a warehouse that was only ingested still has every source table dbt expects (empty source
+    tables build empty marts).  The store raises WarehouseLockedError for a held lock.
+    """
+    if not warehouse.exists():
+        raise NotFoundError(f"warehouse {warehouse} does not exist; run `qkwh ingest` first")
+    from qkwh import store
+
+    store.connect(warehouse).close()
+
+
+def _is_lock_message(text: str) -> bool:
+    low = text.lower()
+    return any(p in low for p in _LOCK_PATTERNS)
+
+
+def _lock_message(warehouse: Path, detail: str) -> str:
+    pid = re.search(r"PID (\d+)", detail)
+    holder = f" (held by PID {pid.group(1)})" if pid else ""
+    return (
+        f"warehouse {warehouse} is locked by another process{holder}; "
+        "wait for it to finish or close it, then run the build again"
+    )
+
+
+def _node_results(run_result: Any) -> tuple[NodeResult, ...]:
+    results = getattr(run_result, "results", None) or []
+    out = []
+    for r in results:
+        node = getattr(r, "node", None)
+        if node is None:
+            continue
+        status = getattr(r.status, "value", str(r.status))
+        out.append(
+            NodeResult(
+                unique_id=node.unique_id,
+                name=node.name,
+                resource_type=getattr(node.resource_type, "value", str(node.resource_type)),
+                status=str(status).lower(),
+                message=r.message,
+                seconds=float(r.execution_time or 0.0),
+                failures=r.failures,
+            )
+        )
+    return tuple(out)
+
+
+def _failure_error(result: BuildResult) -> QkwhError:
+    failed = result.failed
+    if not failed:
+        err = QkwhError(f"dbt {result.command} failed (log: {result.log_path / 'dbt.log'})")
+    else:
+        described = []
+        for n in failed[:6]:
+            if n.resource_type in ("test", "unit_test") and n.failures:
+                what = f"{n.failures} failing row{'s' if n.failures != 1 else ''}"
+            else:
+                what = _cause(n.message or n.status)
+            described.append(f"{n.resource_type} {n.name} ({what})")
+        more = f" and {len(failed) - 6} more" if len(failed) > 6 else ""
+        err = QkwhError(
+            f"dbt {result.command} failed on {len(failed)} node{'s' if len(failed) != 1 else ''}: "
+            + "; ".join(described)
+            + more
+            + f" (log: {result.log_path / 'dbt.log'})"
+        )
+    err.result = result  # type: ignore[attr-defined]
+    return err
+
+
+def _cause(text: str) -> str:
+    """The informative line of a dbt error message (skipping 'Runtime Error in model x (...)')."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines:
+        if not re.match(r"^(Runtime|Database|Compilation|Dependency) Error in ", line):
+            return line[:300]
+    return lines[0][:300] if lines else ""
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    """A multi-line dbt message folded into one line."""
+    return " ".join(ln.strip() for ln in text.splitlines() if ln.strip())[:limit]
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line[:300]
+    return text.strip()[:300]
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
