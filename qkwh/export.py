@@ -1,0 +1,140 @@
+"""Write warehouse tables, views and marts to files: ``qkwh export``.
+
+``export()`` writes any relation of the warehouse's ``main`` schema (source tables, staging
+views, marts) to one parquet or CSV file per name.  ``export_legacy()`` writes the per-head files
+under the names and column names older tools read (spec I-24), so existing notebooks keep
+working.  Both stream through DuckDB's COPY; the only identifiers placed in SQL are relation
+names that were first looked up in ``information_schema``, and file paths travel as parameters.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+
+from qkwh import store
+from qkwh.errors import InputError, NotFoundError
+
+Format = Literal["parquet", "csv"]
+ConOrPath = duckdb.DuckDBPyConnection | str | os.PathLike[str]
+
+# Per-head legacy files: file name -> SQL file under qkwh/sql/ (each takes $1 = model id or NULL).
+LEGACY_FILES: dict[str, str] = {
+    "head_metrics.csv": "export_legacy_head_metrics",
+    "head_bucket_plasticity.csv": "export_legacy_head_bucket_plasticity",
+    "head_component_weights.csv": "export_legacy_head_component_weights",
+    "rotated.csv": "export_legacy_rotated",
+    "qk.csv": "export_legacy_qk",
+}
+
+_COPY_OPTIONS = {"parquet": "(FORMAT parquet, COMPRESSION zstd)", "csv": "(FORMAT csv, HEADER true)"}
+
+
+def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> list[Path]:
+    """Write tables, views or marts to OUT, one file per NAME (NAME.parquet or NAME.csv).
+
+    NAME is any table or view of the warehouse: a mart (model_summary, plasticity_profile, ...),
+    a staging view (stg_*) or a source table (plasticity_buckets, ...).  Unknown names are
+    reported with the closest existing ones and nothing is written.  Returns the files written.
+    """
+    if fmt not in _COPY_OPTIONS:
+        raise InputError(f"export format must be parquet or csv, not {fmt!r}")
+    if not names:
+        raise InputError("name at least one table, view or mart to export")
+    with _connection(con_or_path) as con:
+        relations = _resolve_names(con, names)
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in relations:
+            path = out / f"{name}.{fmt}"
+            sql = (
+                f"COPY (SELECT * FROM main.{store.quote_ident(name)}) TO $1 {_COPY_OPTIONS[fmt]}"
+            )
+            con.execute(sql, [str(path)])
+            written.append(path)
+        return written
+
+
+def export_legacy(con_or_path: ConOrPath, out: Path, model_id: str | None = None) -> list[Path]:
+    """Write the per-head CSVs older tools read, under their old names, to OUT.
+
+    head_metrics.csv (plasticity per head; n_q_tokens, n_k_tokens, d_model), head_bucket_
+    plasticity.csv (per query bucket; `plasticity` = ap_bucket, `bucket` = q_bucket, n_pairs),
+    head_component_weights.csv (`weight` = component_weight), rotated.csv (planar rotation per
+    head) and qk.csv (combined PCA per head and component).  Every file starts with a `model`
+    column; with --model only that model's rows are written, otherwise every model's.
+    """
+    with _connection(con_or_path) as con:
+        if model_id is not None:
+            known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+            if model_id not in known:
+                raise NotFoundError(_unknown_message("model", [model_id], known))
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for filename, sql_name in LEGACY_FILES.items():
+            path = out / filename
+            query = store.load_sql(sql_name).strip().rstrip(";")
+            con.execute(f"COPY (\n{query}\n) TO $2 {_COPY_OPTIONS['csv']}", [model_id, str(path)])
+            written.append(path)
+        return written
+
+
+# ------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _connection(con_or_path: ConOrPath) -> Iterator[duckdb.DuckDBPyConnection]:
+    if isinstance(con_or_path, duckdb.DuckDBPyConnection):
+        yield con_or_path
+        return
+    con = store.connect(con_or_path, read_only=True)
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _resolve_names(con: duckdb.DuckDBPyConnection, names: list[str]) -> list[str]:
+    """Map requested names to relation names of `main` (exact, else case-insensitive)."""
+    available = store.table_names(con)
+    by_lower: dict[str, list[str]] = {}
+    for name in available:
+        by_lower.setdefault(name.lower(), []).append(name)
+    resolved: list[str] = []
+    unknown: list[str] = []
+    for raw in names:
+        name = raw.strip()
+        if name in available:
+            hit = name
+        elif len(by_lower.get(name.lower(), [])) == 1:
+            hit = by_lower[name.lower()][0]
+        else:
+            unknown.append(raw)
+            continue
+        if hit not in resolved:
+            resolved.append(hit)
+    if unknown:
+        raise NotFoundError(_unknown_message("table or mart", unknown, available))
+    return resolved
+
+
+def _unknown_message(kind: str, unknown: list[str], available: list[str]) -> str:
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, available, n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        parts.append(f"{name!r}{hint}")
+    plural = "s" if len(unknown) > 1 else ""
+    tail = "" if any("did you mean" in p for p in parts) else (
+        f"; available: {', '.join(available[:40])}{' ...' if len(available) > 40 else ''}"
+        if available else "; the warehouse has none"
+    )
+    return f"no {kind}{plural} named {'; '.join(parts)}{tail}"

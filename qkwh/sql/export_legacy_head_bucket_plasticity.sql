@@ -1,0 +1,26 @@
+-- Legacy head_bucket_plasticity.csv (SEED-004 / AP code, spec I-24): one row per head and query
+-- bucket; `bucket` and `plasticity` are the old names of q_bucket and ap_bucket, n_pairs is
+-- the number of pairs evaluated.  $1 = model id, or NULL for every model.
+SELECT
+    model_id AS model,
+    layer,
+    q_head,
+    k_head,
+    q_bucket AS bucket,
+    q_bucket,
+    ap_bucket AS plasticity,
+    ap_bucket,
+    n_pairs,
+    ap_bucket_se,
+    bucket_position,
+    bucket_midpoint,
+    bucket_frac,
+    n_queries,
+    n_eligible_keys,
+    n_admissible_pairs,
+    mean_abs_z,
+    mode,
+    config_id
+FROM plasticity_buckets
+WHERE $1 IS NULL OR model_id = $1
+ORDER BY model_id, layer, q_head, q_bucket

@@ -1,0 +1,15 @@
+-- Legacy head_component_weights.csv (SEED-004, spec I-24): one row per head and head-dimension
+-- index; `weight` is the old name of component_weight.  $1 = model id, or NULL for every model.
+SELECT
+    model_id AS model,
+    layer,
+    q_head,
+    k_head,
+    component,
+    component_weight AS weight,
+    component_weight,
+    component_r2,
+    config_id
+FROM plasticity_components
+WHERE $1 IS NULL OR model_id = $1
+ORDER BY model_id, layer, q_head, component

@@ -1,0 +1,27 @@
+-- Legacy qk.csv (combined Q/K PCA results, SEED-001): one row per head and principal component
+-- (10 per head), with the head's taxonomy beside it; `head` is the query head.
+-- $1 = model id, or NULL for every model.
+SELECT
+    c.model_id AS model,
+    c.layer,
+    c.q_head AS head,
+    c.q_head,
+    c.k_head,
+    c.pc,
+    c.explained_variance_ratio,
+    c.r_q,
+    c.r_k,
+    c.p_q,
+    c.p_k,
+    c.sign_flipped,
+    c.anchor,
+    c.mean_q,
+    c.mean_k,
+    c.var_q,
+    c.var_k,
+    h.taxonomy,
+    c.config_id
+FROM pca_components AS c
+LEFT JOIN pca_heads AS h USING (model_id, layer, q_head)
+WHERE $1 IS NULL OR c.model_id = $1
+ORDER BY c.model_id, c.layer, c.q_head, c.pc
