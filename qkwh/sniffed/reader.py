@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from qkwh.errors import InputError
@@ -108,7 +109,7 @@ def read_file(path: Path, *, with_vectors: bool = True) -> FileData:
         if pa.types.is_null(col.type):
             sw = (None,)
         else:
-            uniq = pa.compute.unique(col).to_pylist()
+            uniq = pc.unique(col).to_pylist()
             sw = tuple(sorted(uniq, key=lambda v: (v is not None, v or 0)))
     return FileData(path, vectors, ints["position"], ints["example_id"], ints["bucket"], sw, kind)
 

@@ -334,3 +334,24 @@ def test_environment_variable_selects_the_warehouse(tmp_path: Path, monkeypatch)
     assert r.exit_code == 0, r.output
     assert db.exists()
     assert os.environ["QKWH_WAREHOUSE"] == str(db)
+
+
+def test_sliding_window_values_are_cataloged(tmp_path: Path, sample_copy: Path):
+    f1 = sample_copy / "l01h06q" / "data.parquet"
+    t = _read(f1)
+    sw = pa.array(np.full(t.num_rows, 4096, dtype=np.int32))
+    _rewrite(f1, t.set_column(t.schema.get_field_index("sliding_window"), "sliding_window", sw))
+    f2 = sample_copy / "l01h02k" / "data.parquet"
+    t = _read(f2)
+    mixed = np.full(t.num_rows, 4096, dtype=np.int32)
+    mixed[:5] = 2048
+    _rewrite(f2, t.set_column(t.schema.get_field_index("sliding_window"), "sliding_window", pa.array(mixed)))
+    db = tmp_path / "wh.duckdb"
+    r = cli("ingest", str(sample_copy), "-w", str(db))
+    assert r.exit_code == 0, r.output + r.stderr
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT sliding_window FROM files WHERE config_name = 'l01h06q'").fetchone() == (4096,)
+    assert con.execute("SELECT count(*) FROM files WHERE sliding_window IS NULL").fetchone()[0] == 20
+    warn = con.execute("SELECT detail FROM ingest_findings WHERE \"check\" = 'sliding_window' AND severity = 'warning'").fetchall()
+    assert len(warn) == 1 and "2 distinct sliding_window values" in warn[0][0]
+    assert con.execute("SELECT count(*) FROM vectors WHERE sliding_window = 4096").fetchone()[0] > 0
