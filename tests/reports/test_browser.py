@@ -1,0 +1,102 @@
+"""The fixture report in a real browser (headless Debian Chromium driven by Playwright): every
+chart draws marks, the console shows no error, and nothing is fetched from the network.
+
+Needs Debian's chromium (`apt-get install chromium`; `.ci/run` installs it).  Playwright's own
+browser download (`playwright install`) is never used: the system binary is launched directly.
+Set QKWH_SCREENSHOT_DIR to keep the screenshots (page and one per figure) for a look.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SKIP_MESSAGE = "chromium not found: apt-get install chromium (Debian) to run the browser test"
+
+# Number of drawn data-mark items per figure, from each Vega view's scenegraph (role 'mark' only:
+# axes, legends and titles do not count).
+COUNT_MARKS_JS = """
+() => {
+  function count(node) {
+    if (!node) return 0;
+    if (node.marktype === 'group') {
+      let n = 0;
+      for (const item of node.items || []) for (const child of item.items || []) n += count(child);
+      return n;
+    }
+    return node.role === 'mark' ? (node.items || []).length : 0;
+  }
+  const out = {};
+  for (const [id, view] of Object.entries(window.qkwhReport.views)) out[id] = count(view.scenegraph().root);
+  return {marks: out, errors: window.qkwhReport.errors, total: window.qkwhReport.total};
+}
+"""
+
+
+def _chromium() -> str | None:
+    if os.path.exists("/usr/bin/chromium"):
+        return "/usr/bin/chromium"
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = _chromium()
+    if not exe:
+        pytest.skip(SKIP_MESSAGE)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed: "
+                                   "pip install -e '.[test]'")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_every_chart_draws_without_console_errors_or_network(browser, fixture_report, tmp_path):
+    shots = Path(os.environ.get("QKWH_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+    network: list[str] = []
+
+    def block(route):
+        network.append(route.request.url)
+        route.abort()
+
+    context.route("http://**/*", block)
+    context.route("https://**/*", block)
+    page = context.new_page()
+    console: list[tuple[str, str]] = []
+    page_errors: list[str] = []
+    page.on("console", lambda msg: console.append((msg.type, msg.text)))
+    page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+    page.on("request", lambda req: network.append(req.url) if req.url.startswith(("http:", "https:")) else None)
+    try:
+        page.goto(fixture_report.index.as_uri(), wait_until="load")
+        page.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000)
+        state = page.evaluate(COUNT_MARKS_JS)
+        page.screenshot(path=str(shots / "index.png"), full_page=True)
+        for f in fixture_report.figures:
+            page.locator(f"#fig-{f.id}").screenshot(path=str(shots / f"{f.id}.png"))
+    finally:
+        context.close()
+
+    ids = [f.id for f in fixture_report.figures]
+    assert state["errors"] == []
+    assert state["total"] == len(ids)
+    assert sorted(state["marks"]) == sorted(ids), "some figures have no Vega view"
+    empty = [fid for fid, n in state["marks"].items() if n <= 0]
+    assert empty == [], f"charts without marks: {empty}"
+    errors = [text for kind, text in console if kind == "error"]
+    assert errors == [], errors
+    assert page_errors == []
+    assert network == [], f"the report tried to reach the network: {network}"
+    print(f"screenshots: {shots}")
