@@ -497,6 +497,39 @@ def test_sampled_agrees_with_exhaustive_within_standard_error():
     assert 0.85 < np.median(np.concatenate(se_ratio)) < 1.15
 
 
+def test_pair_rng_is_consumed_bucket_by_bucket():
+    """Replay the sampler: one default_rng(pair_seed) drawing P pairs per bucket in increasing j
+    (buckets with A <= P draw nothing), keys laid out by (example, position)."""
+    head = make_head(n_examples=12, n_buckets=5, d=6, k_per=4, dtype=np.float64, layer=3, q_head=7)
+    P = 64
+    tables = run(head, seed=9, num_pairs_per_bucket=P)
+    b = tables["plasticity_buckets"]
+    ref, hq = reference(head, "full", "position")
+    Kr = np.asarray(head.k, dtype=float)
+    kb = np.asarray(head.k_bucket)
+    s = np.where(np.stack([Kr[kb == c].mean(0) for c in np.unique(kb)]).mean(0) < 0, -1.0, 1.0)
+    Kr = (Kr * s) @ hq["H"]
+    order = np.lexsort((head.k_pos, head.k_example))
+    rng = np.random.default_rng(pair_seed(9, 3, 7))
+    n_sampled = 0
+    for i, j in enumerate(b["q_bucket"]):
+        tau = b["bucket_position"][i]
+        elig = order[head.k_pos[order] < tau]
+        counts = np.bincount(head.k_example[elig], minlength=12)
+        if pl.admissible_pair_counts(counts).sum() <= P:
+            continue
+        i1, i2 = pl.sample_pairs(rng, counts, P)
+        rows = head.q_bucket == j
+        sem = hq["Qr"][rows, 1:]
+        w = np.concatenate([[hq["alpha_pos"] + hq["beta_pos"] * tau], sem.mean(0)])
+        cov = np.cov(sem.T, ddof=1) + 1e-12 * np.eye(5)
+        pp, _ = pl.pair_plasticity(Kr[elig[i1]] - Kr[elig[i2]], w, hq["sigma2_pos"], cov)
+        assert_allclose(b["ap_bucket"][i], pp.mean(), rtol=1e-9)
+        assert_allclose(b["ap_bucket_se"][i], pp.std(ddof=1) / math.sqrt(P), rtol=1e-7)
+        n_sampled += 1
+    assert n_sampled >= 3
+
+
 def test_sampled_equals_exhaustive_when_all_pairs_fit():
     head = make_head(n_examples=8, n_buckets=6, d=5)
     ex = run(head, pairs="exhaustive", num_pairs_per_bucket=10_000)
