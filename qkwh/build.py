@@ -94,12 +94,16 @@ class BuildResult:
     def n_unit_tests(self) -> int:
         return self.count("unit_test")
 
+    @property
     def summary(self) -> str:
         """One line: counts per resource type and status, and the elapsed time."""
         by = Counter((n.resource_type, n.status) for n in self.nodes)
         parts = [f"{k[0]} {k[1]}={v}" for k, v in sorted(by.items())]
         state = "ok" if self.success else "FAILED"
         return f"dbt {self.command} {state} in {self.seconds:.1f}s: " + ", ".join(parts)
+
+    def __str__(self) -> str:
+        return self.summary
 
 
 # ------------------------------------------------------------------------------------------

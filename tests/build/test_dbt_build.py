@@ -56,11 +56,11 @@ def test_empty_warehouse_builds_every_mart_and_passes_every_test(empty_build):
 
 def test_synthetic_build_passes_every_test_and_unit_test(synthetic_build):
     res = synthetic_build.result
-    assert res.success, res.summary()
+    assert res.success, res.summary
     assert not res.failed
     assert res.count("unit_test", "pass") == res.n_unit_tests >= 15
     assert res.count("test", "pass") == res.n_tests
-    assert "dbt build ok" in res.summary()
+    assert "dbt build ok" in res.summary == str(res)
     # everything lives in schema main, not main_marts / main_staging
     schemas = synthetic_build.query(
         "SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_name IN "
