@@ -526,8 +526,9 @@ def query_model(
 ) -> QueryModel:
     """Query model of one bucket from its rotated queries ``q_rot`` (n_j x d, n_j >= 2), §2.3.4.
 
-    ``offset`` (d,), if given, is added to every row first (lets the caller pass globally
-    centred rows; ``q_rot`` is never modified).
+    ``offset`` (d,), if given, is the shift that was removed from the rows (lets the caller pass
+    globally centred rows without a copy): it is added back to the mean; covariances are
+    shift-free.  ``q_rot`` is never modified (and is unused in ``global_diag``).
 
     * ``full``: ``mu_j`` = mean of ``q_rot[:, 1:]``, ``Sigma_j`` = its covariance (ddof=1) + eps I;
     * ``diag``: same mean, ``diag(Sigma_j)`` (variances ddof=1, + eps);
