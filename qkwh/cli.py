@@ -267,7 +267,8 @@ def build(
     from qkwh import store
     from qkwh.build import build as run
 
-    result = run(store.resolve_warehouse(warehouse), select=select)
+    result = run(store.resolve_warehouse(warehouse), select=select,
+                 log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
     out.print(str(getattr(result, "summary", result)))
 
 

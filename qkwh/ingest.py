@@ -346,8 +346,14 @@ def remove(model_id: str, *, warehouse: str | Path | None = None) -> dict[str, i
         if con.execute("SELECT 1 FROM models WHERE model_id = ?", [model_id]).fetchone() is None:
             known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
             raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
+        # every table with a model_id column (catalog, compute, dbt marts) except reference data:
+        # the dbt seeds describe models whether or not they are ingested
+        from qkwh.paths import DBT_PROJECT_DIR
+
+        seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
+        tables = [t for t in store.tables_with_column(con, "model_id") if t not in seeds]
         with store.transaction(con):
-            counts = store.delete_model(con, model_id)
+            counts = store.delete_model(con, model_id, tables=tables)
             store.rebuild_vectors_view(con)
         return counts
     finally:

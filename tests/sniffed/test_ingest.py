@@ -355,3 +355,15 @@ def test_sliding_window_values_are_cataloged(tmp_path: Path, sample_copy: Path):
     warn = con.execute("SELECT detail FROM ingest_findings WHERE \"check\" = 'sliding_window' AND severity = 'warning'").fetchall()
     assert len(warn) == 1 and "2 distinct sliding_window values" in warn[0][0]
     assert con.execute("SELECT count(*) FROM vectors WHERE sliding_window = 4096").fetchone()[0] > 0
+
+
+def test_remove_keeps_reference_seed_tables(db: Path):
+    """dbt seeds (e.g. model_registry) describe models whether or not they are ingested."""
+    con = store.connect(db)
+    con.execute("CREATE TABLE model_registry AS SELECT 'smollm2-135m' AS model_id, 'SmolLM2' AS family")
+    con.execute("CREATE TABLE model_summary AS SELECT 'smollm2-135m' AS model_id, 12 AS n_heads")  # a mart
+    con.close()
+    assert cli("remove", "smollm2-135m", "-w", str(db)).exit_code == 0
+    con = store.connect(db, read_only=True)
+    assert con.execute("SELECT count(*) FROM model_registry").fetchone()[0] == 1
+    assert con.execute("SELECT count(*) FROM model_summary").fetchone()[0] == 0
