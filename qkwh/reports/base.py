@@ -212,7 +212,7 @@ def family_scale(families: Sequence[str]) -> alt.Scale:
     return alt.Scale(domain=list(families), range=rng)
 
 
-def family_color(marts: Marts, *, title: str = "family (click to filter)") -> tuple[alt.Color, Any]:
+def family_color(marts: Marts, *, title: str = "family") -> tuple[alt.Color, Any]:
     """The family colour encoding and a legend-bound point selection that filters families.
 
     Returns ``(color, selection)``; pair with :func:`family_opacity`.

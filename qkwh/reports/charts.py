@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 import altair as alt
@@ -76,7 +77,8 @@ def qk_collage(records: list[dict[str, Any]], *, x: str, y: str, x_title: str, y
                context_length: int | None, title: str, subtitle: str | list[str] = "",
                columns: int = 2, panel: int = 260, panel_field: str = "panel",
                panel_sort: list[str] | None = None, size: int = 12,
-               axis_titles: bool = True) -> alt.FacetChart:
+               axis_titles: bool = True, panel_title: str = "head",
+               constants: dict[str, str] | None = None) -> alt.FacetChart:
     """Q/K scatter panels: queries in blues and keys in oranges, both shaded by position
     (light = early, dark = late), one panel per ``panel_field`` value, independent axes."""
     if not records:
@@ -86,15 +88,17 @@ def qk_collage(records: list[dict[str, Any]], *, x: str, y: str, x_title: str, y
     # positive side (blues), so a single legend reads "light = early, dark = late" for each.
     scale = alt.Scale(domain=[-top, -1e-9, 0, top],
                       range=["#8c2d04", "#fdbe85", "#c6dbef", "#08306b"], interpolate="rgb")
-    tooltip = [
-        alt.Tooltip(f"{panel_field}:N", title="head / plane"),
+    constants = dict(constants or {})
+    tooltip = [alt.Tooltip(f"{k}:N") for k in constants] + [
+        alt.Tooltip(f"{panel_field}:N", title=panel_title),
         alt.Tooltip("kind:N", title="Q/K"),
         alt.Tooltip("position:Q", title="position (tokens)"),
         alt.Tooltip(f"{x}:Q", title=x_title, format=".3g"),
         alt.Tooltip(f"{y}:Q", title=y_title, format=".3g"),
     ]
     points = alt.Chart().transform_calculate(
-        shade="datum.kind == 'Q' ? datum.position : -datum.position"
+        shade="datum.kind == 'Q' ? datum.position : -datum.position",
+        **{k: json.dumps(str(v)) for k, v in constants.items()},
     ).mark_circle(size=size, opacity=0.7).encode(
         x=alt.X(f"{x}:Q", title=x_title if axis_titles else None, scale=alt.Scale(zero=False, nice=True),
                 axis=alt.Axis(tickCount=6, labelOverlap=True)),

@@ -181,7 +181,7 @@ def collage(marts: Marts, model_id: str) -> alt.FacetChart:
         title=f"{model_id}: queries and keys in the PC0/PC1 plane",
         subtitle=f"4 heads drawn with random.Random(42).sample; ≤ {marts.max_points} rows per kind "
                  "per head; shade = token position",
-        panel_sort=[h.label for h in picked])
+        panel_sort=[h.label for h in picked], constants={"model": model_id})
 
 
 def _context_length(marts: Marts, model_id: str) -> int | None:

@@ -53,7 +53,7 @@ def comparison(marts: Marts) -> alt.FacetChart:
     states = ["within tolerance", "outside tolerance", "no tolerance"]
     base = alt.Chart().encode(y=alt.Y("metric:N", sort=metrics, title="metric (published name)"))
     band = base.mark_bar(color="#d9ead3", height={"band": 0.7}).encode(
-        x=alt.X("tol_lo:Q", title="our value ÷ published value (1 = identical; band = spec §5 tolerance)",
+        x=alt.X("tol_lo:Q", title="ours ÷ published (ratio; 1 = equal)",
                 scale=alt.Scale(domain=[LO, HI])), x2="tol_hi:Q")
     one = alt.Chart().mark_rule(color="#333", strokeDash=[4, 3]).encode(x=alt.datum(1.0))
     pts = base.mark_point(filled=True, size=60).encode(
@@ -71,10 +71,11 @@ def comparison(marts: Marts) -> alt.FacetChart:
     return alt.layer(band, one, pts).properties(width=300, height=alt.Step(16)).facet(
         facet=alt.Facet("model_id:N", title=None, sort=[m for m in marts.models]),
         columns=min(3, n_models), data=table_of(data),
-    ).resolve_scale(y="independent").properties(title=alt.Title(
+    ).properties(title=alt.Title(
         "Our values beside the published ones",
-        subtitle=["model-level anchors of the thesis tables (preferred source per metric); ratios "
-                  f"outside [{LO}, {HI}] are pinned to the edge, the tooltip shows the value"]))
+        subtitle=["model-level anchors of the thesis tables (preferred source per metric); green band "
+                  "= spec §5 tolerance around the published value",
+                  f"ratios outside [{LO}, {HI}] are pinned to the edge; the tooltip shows both values"]))
 
 
 FIGURES: tuple[FigureDef, ...] = (

@@ -105,6 +105,7 @@ def render(
     out: str | Path | None = None,
     models: Sequence[str] | None = None,
     *,
+    figures: Sequence[str] | None = None,
     formats: Sequence[str] = ("png", "svg"),
     max_points: int = 1000,
     scale: float = 2.0,
@@ -120,20 +121,22 @@ def render(
     a figure index, tooltips naming model, layer and head, click a legend entry to filter
     families), OUT/figures/<id>.png (``scale``× pixel density), .svg and .vl.json per figure,
     and OUT/figures.json (the figure index: files, source marts, figures left out and why).
-    A figure without data (e.g. no checkpoints ingested) is left out with a note.  Collages
-    plot at most ``max_points`` rows per kind per head.  With ``strict`` an error while
-    drawing a figure is raised instead of noted.
+    A figure without data (e.g. no checkpoints ingested) is left out with a note.  FIGURES
+    limits the report to some figures: keys (``pca-taxonomy``), key prefixes (``train``) or
+    sections (``Plasticity``).  Collages plot at most ``max_points`` rows per kind per head.
+    With ``strict`` an error while drawing a figure is raised instead of noted.
     """
     t0 = time.perf_counter()
     bad = [f for f in formats if f not in ("png", "svg")]
     if bad:
         raise QkwhError(f"unknown figure format {', '.join(bad)}: choose png and/or svg")
     out_dir = Path(out).expanduser().resolve() if out else DEFAULT_OUT
+    catalogue = _select(figures)
     con = _open(warehouse)
     try:
         selected = _models(con, models)
         marts = Marts(con, selected, max_points=max_points)
-        built, skipped = _build_all(marts, strict=strict)
+        built, skipped = _build_all(marts, catalogue, strict=strict)
     finally:
         con.close()
 
@@ -215,10 +218,24 @@ def _models(con: Any, wanted: Sequence[str] | None) -> list[str]:
     return [m for m in ordered if m in set(wanted)]
 
 
-def _build_all(marts: Marts, *, strict: bool):
+def _select(wanted: Sequence[str] | None) -> tuple[FigureDef, ...]:
+    if not wanted:
+        return CATALOGUE
+    picked = []
+    for w in wanted:
+        hits = [f for f in CATALOGUE
+                if w.lower() in (f.key, f.section.lower()) or f.key.startswith(w.lower() + "-")]
+        if not hits:
+            raise QkwhError(f"no figure {w!r}; figures: {', '.join(f.key for f in CATALOGUE)}; "
+                            f"sections: {', '.join(SECTIONS)}")
+        picked += [f for f in hits if f not in picked]
+    return tuple(f for f in CATALOGUE if f in picked)
+
+
+def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
     built: list[tuple[FigureDef, str, str | None, dict[str, Any]]] = []
     skipped: list[SkippedFigure] = []
-    for fig in CATALOGUE:
+    for fig in catalogue:
         targets: Iterable[str | None] = marts.models if fig.per_model else [None]
         for model_id in targets:
             fid = f"{fig.key}-{slug(model_id)}" if model_id else fig.key

@@ -73,7 +73,7 @@ def ab_collage(marts: Marts, model_id: str) -> alt.FacetChart:
         title=f"{model_id}: queries and keys in the {{a, b}} rotation plane",
         subtitle=f"4 heads drawn with random.Random(42).sample; raw (uncentred) projections; "
                  f"≤ {marts.max_points} rows per kind per head; shade = token position",
-        panel_sort=[h.label for h in picked])
+        panel_sort=[h.label for h in picked], constants={"model": model_id})
 
 
 def abs_r_per_model(marts: Marts) -> alt.Chart:
@@ -202,7 +202,7 @@ def bias_vs_separation(marts: Marts) -> alt.Chart:
         lines.append(f"{who}: r = {r} (n = {c['n']})")
     if corr:
         # family_correlations covers every ingested model; say so when a subset is shown.
-        note = "Pearson r from family_correlations"
+        note = "Pearson r from family_correlations (over every ingested head)"
     else:
         note = "no family_correlations mart: r not shown"
     base = alt.Chart().encode(
@@ -274,7 +274,8 @@ def complement_collage(marts: Marts, model_id: str) -> alt.FacetChart:
                   f"directions; ≤ {pts} rows per kind",
                   "rings shaded by position are RoPE rotation planes; variance share and 'active' "
                   "from rotation_pairs"],
-        columns=6, panel=150, panel_sort=labels, size=10, axis_titles=False)
+        columns=6, panel=150, panel_sort=labels, size=10, axis_titles=False, panel_title="plane",
+        constants={"model": model_id, "head": head.label})
 
 
 FIGURES: tuple[FigureDef, ...] = (

@@ -15,7 +15,7 @@ SECTION = "Training dynamics"
 NO_CHECKPOINTS = ("no checkpoints ingested (training_trajectory is empty: ingest models with a "
                   "checkpoint phase, e.g. the smollm3-3b-* branches)")
 
-PHASE_COLORS = ["#9ecae1", "#4292c6", "#fd8d3c", "#d94801", "#756bb1", "#41ab5d"]
+PHASE_COLORS = ["#4c78a8", "#72b7b2", "#f58518", "#e45756", "#54a24b", "#b279a2"]
 
 
 def _trajectory(marts: Marts) -> list[dict[str, Any]]:
@@ -45,6 +45,10 @@ def _label(rows: list[dict[str, Any]]) -> None:
 def _x(rows: list[dict[str, Any]]) -> alt.X:
     return alt.X("checkpoint:N", sort=[r["checkpoint"] for r in rows], title="checkpoint (training order)",
                  axis=alt.Axis(labelAngle=-40, labelLimit=220))
+
+
+def _width(rows: list[dict[str, Any]], per: int = 30, least: int = 240) -> int:
+    return max(least, per * len(rows))
 
 
 def _phase_color(rows: list[dict[str, Any]]) -> alt.Color:
@@ -84,7 +88,7 @@ def rotation_trajectory(marts: Marts) -> alt.FacetChart:
                      alt.Tooltip("q50:Q", title="median", format=".4g"),
                      alt.Tooltip("q75:Q", title="75th pct", format=".4g")))
     iqr = base.mark_rule(color="#222", strokeWidth=1.5).encode(y="q25:Q", y2="q75:Q")
-    return alt.layer(bars, iqr).properties(width=alt.Step(30), height=170).facet(
+    return alt.layer(bars, iqr).properties(width=_width(rows), height=190).facet(
         facet=alt.Facet("quantity:N", title=None, sort=[s[1] for s in spec]), columns=2,
         data=table_of(data),
     ).resolve_scale(y="independent").properties(title=alt.Title(
@@ -97,9 +101,9 @@ def bias_decomposition(marts: Marts) -> alt.FacetChart:
     if not rows:
         raise NoData(NO_CHECKPOINTS)
     _label(rows)
-    spec = (("mu_q_a", "mu_q_a: mean query projection on a (raw units)", 1.0),
-            ("alpha_k", "alpha_k × 10³: key drift slope (units/token)", 1e3),
-            ("bias_strength", "bias_strength × 10³ (score units/token)", 1e3))
+    spec = (("mu_q_a", "mu_q_a (raw projection units)", 1.0),
+            ("alpha_k", "alpha_k × 10³ (units per token)", 1e3),
+            ("bias_strength", "bias_strength × 10³ (score per token)", 1e3))
     data = []
     for r in rows:
         for col, label, k in spec:
@@ -110,17 +114,18 @@ def bias_decomposition(marts: Marts) -> alt.FacetChart:
     base = alt.Chart().encode(x=_x(rows), y=alt.Y("value:Q", title="mean over heads",
                                                    scale=alt.Scale(zero=False)))
     line = base.mark_line(color="#888", strokeWidth=1.5)
-    pts = base.mark_point(filled=True, size=70).encode(
+    pts = base.mark_point(filled=True, size=80, opacity=1).encode(
         color=_phase_color(rows),
         tooltip=_tip(alt.Tooltip("value:Q", title="value", format=".4g"),
                      alt.Tooltip("rel:Q", title="change vs previous", format="+.1%")))
-    return alt.layer(line, pts).properties(width=alt.Step(30), height=170).facet(
-        row=alt.Row("quantity:N", title=None, sort=[s[1] for s in spec],
-                    header=alt.Header(labelAngle=0, labelAlign="left", labelOrient="top")),
+    return alt.layer(line, pts).properties(width=_width(rows), height=220).facet(
+        column=alt.Column("quantity:N", title=None, sort=[s[1] for s in spec],
+                          header=alt.Header(labelLimit=0)),
         data=table_of(data),
     ).resolve_scale(y="independent").properties(title=alt.Title(
         "Bias decomposition across checkpoints: bias_strength = mu_q_a · alpha_k",
-        subtitle="means over heads (qk-rotation/10)"))
+        subtitle="means over heads: mu_q_a = mean query projection on the drift axis a, alpha_k = "
+                 "key drift slope (qk-rotation/10)"))
 
 
 def plasticity_trajectory(marts: Marts) -> alt.Chart:
@@ -142,7 +147,7 @@ def plasticity_trajectory(marts: Marts) -> alt.Chart:
         base.mark_line(strokeWidth=2),
         base.mark_point(filled=True, size=60).encode(
             tooltip=_tip(alt.Tooltip("quantity:N"), alt.Tooltip("value:Q", format=".4f"))),
-    ).properties(width=alt.Step(40), height=280, title=alt.Title(
+    ).properties(width=_width(rows, 40, 360), height=280, title=alt.Title(
         "Plasticity across checkpoints: early vs late context",
         subtitle="ap_first_20pct, ap_last_20pct and ap_drop per checkpoint (attention-plasticity/09)"))
 
@@ -169,7 +174,7 @@ def pca_trajectory(marts: Marts) -> alt.FacetChart:
         tooltip=_tip(alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("lo:Q", title="mean − sd", format=".3f"),
                      alt.Tooltip("hi:Q", title="mean + sd", format=".3f")))
     err = base.mark_rule(strokeWidth=1.5, color="#555").encode(y="lo:Q", y2="hi:Q")
-    return alt.layer(err, pts).properties(width=alt.Step(30), height=170).facet(
+    return alt.layer(err, pts).properties(width=_width(rows), height=220).facet(
         column=alt.Column("quantity:N", title=None, sort=[s[1] for s in spec]),
         data=table_of(data),
     ).resolve_scale(y="independent").properties(title=alt.Title(
@@ -197,8 +202,8 @@ def taxonomy_evolution(marts: Marts) -> alt.Chart:
                         scale=alt.Scale(domain=labels, range=[TAXONOMY_COLORS[t] for t in classes])),
         order=alt.Order("k:Q"),
         tooltip=_tip(alt.Tooltip("class:N"), alt.Tooltip("fraction:Q", format=".1%")),
-    ).properties(width=alt.Step(40), height=280, title=alt.Title(
-        "Head taxonomy across checkpoints", subtitle="qk-pca/08"))
+    ).properties(width=_width(rows, 40, 360), height=280, title=alt.Title(
+        "Head taxonomy across checkpoints", subtitle="share of heads per class (qk-pca/08)"))
 
 
 FIGURES: tuple[FigureDef, ...] = (

@@ -33,11 +33,31 @@ COUNT_MARKS_JS = """
     }
     return node.role === 'mark' ? (node.items || []).length : 0;
   }
-  const out = {};
-  for (const [id, view] of Object.entries(window.qkwhReport.views)) out[id] = count(view.scenegraph().root);
-  return {marks: out, errors: window.qkwhReport.errors, total: window.qkwhReport.total};
+  function tips(node, keys) {
+    if (!node) return;
+    if (node.marktype === 'group') {
+      for (const item of node.items || []) for (const child of item.items || []) tips(child, keys);
+      return;
+    }
+    if (node.role !== 'mark') return;
+    for (const it of node.items || [])
+      if (it.tooltip && typeof it.tooltip === 'object') Object.keys(it.tooltip).forEach(k => keys.add(k));
+  }
+  const marks = {}, tooltips = {};
+  for (const [id, view] of Object.entries(window.qkwhReport.views)) {
+    marks[id] = count(view.scenegraph().root);
+    const keys = new Set();
+    tips(view.scenegraph().root, keys);
+    tooltips[id] = [...keys];
+  }
+  return {marks, tooltips, errors: window.qkwhReport.errors, total: window.qkwhReport.total};
 }
 """
+# Figures whose marks are heads or rows of one head: the tooltip names model and head (label
+# L<layer>H<query head>); the scatter plots of head metrics also give layer and head numbers.
+HEAD_LEVEL = ("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles", "pca-collage",
+              "rot-ab-collage", "rot-complement-collage")
+NO_MODEL_TOOLTIP = ("rot-bias-distribution",)  # bins pool the heads of a family
 
 
 def _chromium() -> str | None:
@@ -95,6 +115,14 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
     assert sorted(state["marks"]) == sorted(ids), "some figures have no Vega view"
     empty = [fid for fid, n in state["marks"].items() if n <= 0]
     assert empty == [], f"charts without marks: {empty}"
+    for fid, keys in state["tooltips"].items():
+        if fid.startswith(NO_MODEL_TOOLTIP):
+            continue
+        assert "model" in keys, (fid, keys)
+        if fid.startswith(HEAD_LEVEL):
+            assert "head" in keys, (fid, keys)
+        if fid.startswith(("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles")):
+            assert "layer" in keys and "query head" in keys, (fid, keys)
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [], errors
     assert page_errors == []
