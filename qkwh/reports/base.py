@@ -183,6 +183,7 @@ FAMILY_COLORS = {
     "Mistral": "#b279a2",
     "SmolLM3": "#f58518",
     "SmolLM2": "#72b7b2",
+    "unknown": "#9e9e9e",
 }
 _EXTRA_COLORS = ["#eeca3b", "#ff9da6", "#bab0ac", "#439894", "#d67195", "#83bcb6"]
 

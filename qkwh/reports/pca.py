@@ -148,7 +148,7 @@ def taxonomy(marts: Marts) -> alt.Chart:
     order = [m for m in model_sort(marts) if any(r["model_id"] == m for r in rows)]
     return alt.Chart(table_of(rows)).mark_bar().encode(
         y=alt.Y("model_id:N", sort=order, title="model"),
-        x=alt.X("fraction:Q", title="share of the model's heads (%)", axis=alt.Axis(format="%"),
+        x=alt.X("fraction:Q", title="share of the model's heads (%)", axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1]),
                 scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("class:N", scale=alt.Scale(domain=labels, range=colors),
                         sort=labels, title="head class"),

@@ -115,7 +115,7 @@ def variance_decomposition(marts: Marts) -> alt.Chart:
     labels = [p[1] for p in parts]
     return alt.Chart(table_of(data)).mark_bar().encode(
         y=alt.Y("model_id:N", sort=order, title="model"),
-        x=alt.X("value:Q", title="share of pooled Q+K variance (%)", axis=alt.Axis(format="%"),
+        x=alt.X("value:Q", title="share of pooled Q+K variance (%)", axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1]),
                 scale=alt.Scale(domain=[0, 1]), stack="zero"),
         color=alt.Color("part:N", sort=labels, title="direction",
                         scale=alt.Scale(domain=labels, range=["#e45756", "#4c78a8", "#c9ccd1"])),

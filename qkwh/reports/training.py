@@ -196,7 +196,7 @@ def taxonomy_evolution(marts: Marts) -> alt.Chart:
     labels = [TAXONOMY_LABELS[t] for t in classes]
     return alt.Chart(table_of(data)).mark_bar().encode(
         x=_x(rows),
-        y=alt.Y("fraction:Q", title="share of heads (%)", axis=alt.Axis(format="%"),
+        y=alt.Y("fraction:Q", title="share of heads (%)", axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1]),
                 scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("class:N", sort=labels, title="head class",
                         scale=alt.Scale(domain=labels, range=[TAXONOMY_COLORS[t] for t in classes])),
