@@ -327,7 +327,12 @@ def report(
     from qkwh.reports.render import render
 
     result = render(store.resolve_warehouse(warehouse), out=out_dir, models=_split(models))
-    out.print(f"report: {getattr(result, 'index', result)}")
+    out.print(result.summary(), highlight=False)
+    for skipped in result.skipped:
+        out.print(f"  left out {skipped.id}: {skipped.reason}", highlight=False, style="red" if skipped.failed else None)
+    out.print(f"report: {result.index}")
+    if result.failed:
+        raise QkwhError(f"{len(result.failed)} figure(s) failed to render (listed above); the rest were written")
 
 
 @app.command()
@@ -379,7 +384,7 @@ def demo(warehouse: WarehouseOpt = None) -> None:
     out.print(f"warehouse: {wh}")
     out.print(f"query it:  duckdb -readonly {wh} \"SELECT * FROM model_summary\"")
     out.print(f"done in {time.perf_counter() - t0:.0f} s")
-    out.print(f"report:    {getattr(rr, 'index', rr)}")
+    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)")
 
 
 def main() -> None:  # pragma: no cover - console entry point
