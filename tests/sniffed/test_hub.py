@@ -5,48 +5,25 @@ Nothing here talks to the internet: the stand-in binds 127.0.0.1 and every downl
 
 huggingface_hub reads some settings once, when it is first imported.  One of them matters here:
 unless ``HF_HUB_DISABLE_TELEMETRY`` is set, building request headers fetches an "agent harness"
-registry from ``<import-time HF_ENDPOINT>/api/agent-harnesses`` (i.e. huggingface.co) once per
-process.  So this module imports huggingface_hub with telemetry disabled (restoring the
-environment right after); if another test module imported it earlier with telemetry enabled, the
-in-process tests are skipped and the whole module is re-run in a fresh interpreter instead
-(``test_suite_in_a_fresh_interpreter``).
+registry from huggingface.co once per process.  ``tests/conftest.py`` sets it before anything
+imports huggingface_hub; this module asserts that it took effect.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-_CHILD_FLAG = "QKWH_HUB_TESTS_IN_FRESH_INTERPRETER"
+import huggingface_hub.constants as hf_constants
 
+# conftest.py disables telemetry before the first import: no request may leave this machine
+assert hf_constants.HF_HUB_DISABLE_TELEMETRY, "huggingface_hub was imported with telemetry on"
 
-def _import_huggingface_hub_without_telemetry():
-    if "huggingface_hub" not in sys.modules:
-        saved = os.environ.get("HF_HUB_DISABLE_TELEMETRY")
-        os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-        try:
-            import huggingface_hub.constants  # noqa: F401
-        finally:
-            if saved is None:
-                del os.environ["HF_HUB_DISABLE_TELEMETRY"]
-            else:
-                os.environ["HF_HUB_DISABLE_TELEMETRY"] = saved
-    import huggingface_hub.constants
-
-    return huggingface_hub.constants
-
-
-hf_constants = _import_huggingface_hub_without_telemetry()
-NEEDS_FRESH_INTERPRETER = not hf_constants.HF_HUB_DISABLE_TELEMETRY and not os.environ.get(_CHILD_FLAG)
-
-from qkwh.errors import InputError, NotFoundError, QkwhError  # noqa: E402
-from qkwh.sniffed.hub import (  # noqa: E402
+from qkwh.errors import InputError, NotFoundError, QkwhError
+from qkwh.sniffed.hub import (
     DEFAULT_ALLOW_PATTERNS,
     HubError,
     HubNotFoundError,
@@ -57,7 +34,7 @@ from qkwh.sniffed.hub import (  # noqa: E402
 )
 
 # tests/ has no __init__.py: pytest's default 'prepend' import mode puts tests/sniffed on sys.path.
-from hub_server import HubStandIn  # noqa: E402
+from hub_server import HubStandIn
 
 REPO = "viktoroo/sniffed-qk"
 SAMPLE = Path(__file__).resolve().parents[2] / "warehouse" / "sample" / "smollm2-135m"
@@ -75,12 +52,6 @@ BRANCH = "smollm2-135m-longbench-pro-128k-plus"
 LARGE_BRANCH = "smollm2-135m-large"
 BIG = "l00h00q/data.parquet"  # synthetic, larger than 1.5 download chunks (see large_parquet)
 CHUNK = getattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 10 * 1024 * 1024)
-
-
-@pytest.fixture(autouse=True)
-def _in_process_only(request):
-    if NEEDS_FRESH_INTERPRETER and request.function is not test_suite_in_a_fresh_interpreter:
-        pytest.skip("huggingface_hub was imported with telemetry on; run by test_suite_in_a_fresh_interpreter")
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -399,22 +370,3 @@ def test_parse_hub_source_rejects_malformed(text, reason):
 
 def test_default_allow_patterns():
     assert DEFAULT_ALLOW_PATTERNS == ("l*h*[qk]/data.parquet", "_saver_state.json", "README.md")
-
-
-# ------------------------------------------------------------------------------------------ isolation
-
-
-def test_suite_in_a_fresh_interpreter():
-    """Runs this module in a new interpreter if huggingface_hub was imported with telemetry on."""
-    if not NEEDS_FRESH_INTERPRETER:
-        pytest.skip("not needed: huggingface_hub was imported with telemetry disabled")
-    env = {**os.environ, _CHILD_FLAG: "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
