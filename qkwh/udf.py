@@ -97,14 +97,14 @@ def _ints(arr) -> np.ndarray:
 
 def _head(q, t, k, s, context_length, bucket_size, config: RunConfig, *, qe=None, ke=None,
           layer: int = 0, q_head: int = 0) -> HeadData:
-    from qkwh.compute.work import cap_indices
+    from qkwh.analyses.stats import cap_rows
 
     Q, K = _matrix(q.values), _matrix(k.values)
     T, S = _ints(t), _ints(s)
     QE = _ints(qe) if qe is not None else np.zeros_like(T)
     KE = _ints(ke) if ke is not None else np.zeros_like(S)
-    iq = cap_indices(len(T), config.max_tokens_per_head, config.seed)
-    ik = cap_indices(len(S), config.max_tokens_per_head, config.seed)
+    iq = cap_rows(len(T), config.max_tokens_per_head, config.seed)
+    ik = cap_rows(len(S), config.max_tokens_per_head, config.seed)
     if iq is not None:
         Q, T, QE = Q[iq], T[iq], QE[iq]
     if ik is not None:

@@ -38,6 +38,7 @@ from scipy.linalg import blas as _blas
 from scipy.linalg import lapack as _lapack
 from scipy.special import gammaln, ndtr
 
+from qkwh.analyses.stats import cap_rows  # re-exported: the cap is the caller's job
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.params import PlasticityParams, pair_seed
 
@@ -106,25 +107,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     HEATMAP: ("q_bucket", "dx_bin", "dm_bin", "n", "sum_pp", "sum_pp2"),
     COMPONENTS: ("component", "component_r2", "component_weight"),
 }
-
-
-# ---------------------------------------------------------------------------------------------
-# Row cap (applied by the caller, spec §2 intro)
-# ---------------------------------------------------------------------------------------------
-def cap_rows(n: int, cap: int, seed: int) -> np.ndarray | None:
-    """Row indices kept by the ``max_tokens_per_head`` cap, or ``None`` when ``n <= cap``.
-
-    ``default_rng(seed).choice(n, cap, replace=False)`` (CODE AP ``data_utils.py``), returned
-    sorted (int64, shape ``(cap,)``) so that row order -- and everything downstream -- does not
-    depend on the draw order.  The caller applies it separately to Q and K with the same seed.
-    """
-    n, cap = int(n), int(cap)
-    if cap <= 0:
-        raise ValueError(f"max_tokens_per_head must be positive; got {cap}")
-    if n <= cap:
-        return None
-    idx = np.random.default_rng(seed).choice(n, cap, replace=False)
-    return np.sort(idx).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------

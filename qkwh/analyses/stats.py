@@ -612,3 +612,22 @@ def head_moments(head: HeadData) -> HeadMoments:
     with _CACHE_LOCK:
         _CACHE = (weakref.ref(head), mom)
     return mom
+
+
+# ---------------------------------------------------------------------------------------------
+# Row cap of spec §2 (applied by the caller to Q and K separately, with the same seed)
+# ---------------------------------------------------------------------------------------------
+def cap_rows(n: int, cap: int, seed: int) -> np.ndarray | None:
+    """Row indices kept by the ``max_tokens_per_head`` cap, or ``None`` when ``n <= cap``.
+
+    ``default_rng(seed).choice(n, cap, replace=False)`` (CODE AP ``data_utils.py``), returned
+    sorted (int64, shape ``(cap,)``) so that row order -- and everything downstream -- does not
+    depend on the draw order.  The caller applies it separately to Q and K with the same seed.
+    """
+    n, cap = int(n), int(cap)
+    if cap <= 0:
+        raise ValueError(f"max_tokens_per_head must be positive; got {cap}")
+    if n <= cap:
+        return None
+    idx = np.random.default_rng(seed).choice(n, cap, replace=False)
+    return np.sort(idx).astype(np.int64)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkwh.analyses import pca, plasticity, rotation
+from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
@@ -25,13 +26,6 @@ class HeadOutcome:
     error: str | None = None
 
 
-def cap_indices(n: int, cap: int, seed: int) -> np.ndarray | None:
-    """Row subset of spec §2: ``default_rng(seed).choice(n, cap, replace=False)``, sorted."""
-    if n <= cap:
-        return None
-    return np.sort(np.random.default_rng(seed).choice(n, cap, replace=False))
-
-
 def _take(data: FileData, idx: np.ndarray | None) -> tuple[np.ndarray, ...]:
     cols = (data.vectors, data.position, data.example_id, data.bucket)
     return cols if idx is None else tuple(c[idx] for c in cols)
@@ -41,8 +35,8 @@ def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> He
     """Assemble one head's arrays, applying the max_tokens_per_head cap to Q and K."""
     if q.d != k.d:
         raise ValueError(f"{unit.label}: q has d={q.d} but k has d={k.d}")
-    qv, qt, qe, qb = _take(q, cap_indices(q.rows, config.max_tokens_per_head, config.seed))
-    kv, ks, ke, kb = _take(k, cap_indices(k.rows, config.max_tokens_per_head, config.seed))
+    qv, qt, qe, qb = _take(q, cap_rows(q.rows, config.max_tokens_per_head, config.seed))
+    kv, ks, ke, kb = _take(k, cap_rows(k.rows, config.max_tokens_per_head, config.seed))
     return HeadData(q=qv, q_pos=qt, q_example=qe, q_bucket=qb, k=kv, k_pos=ks, k_example=ke, k_bucket=kb,
                     context_length=unit.context_length, bucket_size=unit.bucket_size,
                     sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head)

@@ -21,7 +21,7 @@ from qkwh.reports.base import (
     require,
 )
 from qkwh.reports.charts import depth_heatmap, qk_collage
-from qkwh.reports.vectors import axes_of, heads_with_axes, project, seeded_sample
+from qkwh.reports.vectors import collage_records
 
 SECTION = "PCA"
 N_PC = 10
@@ -162,18 +162,8 @@ def taxonomy(marts: Marts) -> alt.Chart:
 
 
 def collage(marts: Marts, model_id: str) -> alt.FacetChart:
-    axes = ("mean", "pc0", "pc1")
-    heads = heads_with_axes(marts, "pca_axes", model_id, axes)
-    if not heads:
-        raise NoData(f"{model_id}: no head has stored PCA axes (pca_axes mean/pc0/pc1)")
-    picked = seeded_sample(heads, 4, 42)
-    records: list[dict[str, Any]] = []
-    for h in picked:
-        ax = axes_of(marts, "pca_axes", model_id, h, axes)
-        for rec in project(marts, model_id, h, ax, [("z0", "pc0"), ("z1", "pc1")], center=True,
-                           max_points=marts.max_points):
-            rec["panel"] = h.label
-            records.append(rec)
+    picked, records = collage_records(marts, "pca_axes", model_id, ("mean", "pc0", "pc1"),
+                                      [("z0", "pc0"), ("z1", "pc1")], center=True)
     ctx = _context_length(marts, model_id)
     return qk_collage(
         records, x="z0", y="z1", x_title="PC0 score (x − mean)·v0 (raw units)",

@@ -21,7 +21,7 @@ from qkwh.reports.base import (
     require,
 )
 from qkwh.reports.charts import depth_heatmap, qk_collage
-from qkwh.reports.vectors import axes_of, heads_with_axes, project, seeded_sample
+from qkwh.reports.vectors import axes_of, collage_records, heads_with_axes, project
 
 SECTION = "Rotation"
 
@@ -53,18 +53,8 @@ def _model_tooltip(*extra: Any) -> list[Any]:
 
 
 def ab_collage(marts: Marts, model_id: str) -> alt.FacetChart:
-    axes = ("a", "b")
-    heads = heads_with_axes(marts, "rotation_axes", model_id, axes)
-    if not heads:
-        raise NoData(f"{model_id}: no head has stored rotation axes a and b")
-    picked = seeded_sample(heads, 4, 42)
-    records: list[dict[str, Any]] = []
-    for h in picked:
-        ax = axes_of(marts, "rotation_axes", model_id, h, axes)
-        for rec in project(marts, model_id, h, ax, [("pa", "a"), ("pb", "b")], center=False,
-                           max_points=marts.max_points):
-            rec["panel"] = h.label
-            records.append(rec)
+    picked, records = collage_records(marts, "rotation_axes", model_id, ("a", "b"),
+                                      [("pa", "a"), ("pb", "b")], center=False)
     ctx = marts.query("SELECT context_length FROM model_summary WHERE model_id = ?", [model_id])
     return qk_collage(
         records, x="pa", y="pb", x_title="a·x: drift axis a (raw projection units)",

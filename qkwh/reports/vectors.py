@@ -124,3 +124,23 @@ def project(marts: Marts, model_id: str, head: Head, axes: dict[str, np.ndarray]
                 rec[name] = cols[name][i]
             out.append(rec)
     return out
+
+
+def collage_records(marts: Marts, table: str, model_id: str, axes: Sequence[str],
+                    coords: list[tuple[str, str]], *, center: bool) -> tuple[list[Head], list[dict[str, Any]]]:
+    """Rows of four ``random.Random(42).sample`` heads projected on stored axes, one panel per head.
+
+    ``coords`` maps output field -> axis name; ``center`` subtracts the stored 'mean' axis first.
+    Raises :class:`NoData` when no head of ``model_id`` has ``axes`` in ``table``.
+    """
+    heads = heads_with_axes(marts, table, model_id, axes)
+    if not heads:
+        raise NoData(f"{model_id}: no head has stored axes {'/'.join(axes)} in {table}")
+    picked = seeded_sample(heads, 4, 42)
+    records: list[dict[str, Any]] = []
+    for h in picked:
+        ax = axes_of(marts, table, model_id, h, axes)
+        for rec in project(marts, model_id, h, ax, coords, center=center, max_points=marts.max_points):
+            rec["panel"] = h.label
+            records.append(rec)
+    return picked, records

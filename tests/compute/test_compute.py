@@ -248,3 +248,14 @@ def test_full_shared_fixture(shared_fixture: Path, tmp_path: Path):
         assert con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0] == n, t
     # spec §5.3 / §8: residual_pos_r numerically zero on every head
     assert con.execute("SELECT max(residual_pos_r) FROM rotation_heads").fetchone()[0] < 1e-12
+
+
+def test_max_tokens_per_head_caps_q_and_k(tmp_path: Path):
+    db = _fresh(tmp_path)
+    cfg = load_run_config(params=["max_tokens_per_head=500"])
+    report = compute(db, workers=1, config=cfg, analyses=("pca", "plasticity"))
+    assert report.failures == []
+    con = store.connect(db, read_only=True)
+    for table in ("pca_heads", "plasticity_heads"):
+        assert con.execute(f"SELECT DISTINCT n_q, n_k FROM {table}").fetchall() == [(500, 500)]
+    assert con.execute("SELECT sum(n_queries) FROM plasticity_buckets GROUP BY layer, q_head").fetchall() == [(500,)] * N_HEADS
