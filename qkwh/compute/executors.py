@@ -27,26 +27,19 @@ class Executor(Protocol):
 
 
 class SerialExecutor:
-    """Runs tasks in this process, one after another, with BLAS limited to one thread.
-
-    LAPACK's eigensolvers give results that differ in the last bits with the thread count, so
-    every path (pool workers, in-process, SQL functions) computes single-threaded.
-    """
+    """Runs tasks in this process, one after another."""
 
     def map_unordered(self, fn, items):
-        from threadpoolctl import threadpool_limits
-
         for item in items:
-            with threadpool_limits(limits=1):
-                result = fn(item)
-            yield result
+            yield fn(item)
 
     def close(self) -> None:
         pass
 
 
 def _init_worker() -> None:
-    """Pin BLAS to one thread; leave Ctrl-C to the parent, which cancels the pool."""
+    """Pin BLAS to one thread (for libraries not yet loaded; the task pins the loaded ones with
+    threadpoolctl); leave Ctrl-C to the parent, which cancels the pool."""
     import signal
 
     for var in _BLAS_VARS:

@@ -1,8 +1,9 @@
 """`qkwh compute`: plan the heads that need work, run them on an executor, write each head.
 
-The parent process is the only writer.  Each head's results go in one transaction, so an
-interrupted run (Ctrl-C, kill -9) leaves whole heads only, and the next run resumes where it
-stopped: heads whose config_id and input fingerprint are recorded in head_runs are skipped.
+The parent process is the only writer.  The heads of a unit of work (those sharing a k file) are
+written in one transaction, each head whole, so an interrupted run (Ctrl-C, kill -9) leaves
+whole heads only, and the next run resumes where it stopped: heads whose config_id and input
+fingerprint are recorded in head_runs are skipped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from qkwh import store
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
-from qkwh.compute.writer import record_configs, write_head
+from qkwh.compute.writer import record_configs, write_heads
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.params import ANALYSES, RunConfig
 
@@ -81,14 +82,12 @@ def compute(
         n_workers = workers if workers is not None else (os.cpu_count() or 1)
         ex = executor or make_executor(min(max(n_workers, 1), len(tasks)))
         try:
+            previous = {(m, l, q, a) for (m, l, q, a) in done}
             for outcomes in ex.map_unordered(run_group, tasks):
-                for o in outcomes:
-                    if o.error:
-                        report.failures.append((o.unit.label, o.error))
-                    else:
-                        write_head(con, o, config_ids)
-                        report.n_written += 1
-                    if on_head:
+                report.failures += [(o.unit.label, o.error) for o in outcomes if o.error]
+                report.n_written += write_heads(con, [o for o in outcomes if not o.error], config_ids, previous)
+                if on_head:
+                    for o in outcomes:
                         on_head(o.unit.label)
         finally:
             ex.close()

@@ -57,7 +57,18 @@ def run_analyses(head: HeadData, analyses: tuple[str, ...], config: RunConfig) -
 
 
 def run_group(task: GroupTask) -> list[HeadOutcome]:
-    """Read the shared k file once, then each q file, and analyse every head of the group."""
+    """Read the shared k file once, then each q file, and analyse every head of the group.
+
+    BLAS runs on one thread here, wherever this runs (a pool worker, in-process): LAPACK's
+    results change in the last bits with the thread count, and N workers should use N cores.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return _run_group(task)
+
+
+def _run_group(task: GroupTask) -> list[HeadOutcome]:
     outcomes: list[HeadOutcome] = []
     k_data = read_file(task.heads[0].k_path)
     for unit, analyses in zip(task.heads, task.analyses):

@@ -1,15 +1,21 @@
-"""Write one head's results: every table of every analysis it ran, in one transaction."""
+"""Write computed heads: every table of every analysis they ran, in one transaction.
+
+The unit of writing is a unit of work (the heads sharing a k file): its heads are written
+together, each head whole, so an interrupted run never leaves part of a head.  Rows of a table
+are inserted with one statement per batch, and old rows are deleted only for heads that had
+results before (a fresh run deletes nothing).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 
 import duckdb
 import numpy as np
 
 from qkwh import store
-from qkwh.compute.units import HeadUnit
 from qkwh.compute.work import HeadOutcome
 from qkwh.params import RunConfig
 
@@ -18,6 +24,8 @@ ANALYSIS_TABLES: dict[str, tuple[str, ...]] = {
     "rotation": ("rotation_heads", "rotation_pairs", "rotation_axes"),
     "plasticity": ("plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components"),
 }
+
+HeadAnalysis = tuple[str, int, int, str]  # (model_id, layer, q_head, analysis)
 
 
 def _now() -> dt.datetime:
@@ -34,23 +42,38 @@ def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids
                     [cid, analysis, code_version, json.dumps(config.analysis_params(analysis), sort_keys=True), _now()])
 
 
-def _delete_head(con: duckdb.DuckDBPyConnection, table: str, unit: HeadUnit) -> None:
-    con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
-                [unit.model_id, unit.layer, unit.q_head])
+def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name in parts[0]:
+        arrays = [p[name] for p in parts]
+        out[name] = np.concatenate(arrays) if arrays[0].ndim == 1 else np.vstack(arrays)
+    return out
 
 
-def write_head(con: duckdb.DuckDBPyConnection, outcome: HeadOutcome, config_ids: dict[str, str]) -> None:
-    """Replace the head's rows for each analysis in ``outcome`` and mark them in head_runs."""
-    u = outcome.unit
-    fp = u.input_fingerprint()
-    with store.transaction(con):
-        for analysis, result in outcome.results.items():
+def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome], config_ids: dict[str, str],
+                previous: set[HeadAnalysis]) -> int:
+    """Replace the rows of every (head, analysis) in ``outcomes`` and mark them in head_runs.
+
+    ``previous`` holds the (head, analysis) pairs that already have rows (their old rows are
+    deleted first); it is updated with what was written.  Returns the number of heads written.
+    """
+    outcomes = [o for o in outcomes if o.results]
+    if not outcomes:
+        return 0
+    rows: dict[str, list[dict[str, np.ndarray]]] = {}
+    stale = [(o.unit.key, a) for o in outcomes for a in o.results if (*o.unit.key, a) in previous]
+    runs: dict[str, list] = {k: [] for k in ("model_id", "layer", "q_head", "analysis", "config_id",
+                                              "input_fingerprint", "computed_at", "seconds")}
+    now = _now()
+    for o in outcomes:
+        u = o.unit
+        fp = u.input_fingerprint()
+        for analysis, result in o.results.items():
             expected = ANALYSIS_TABLES[analysis]
             unknown = set(result.tables) - set(expected)
             if unknown:
                 raise ValueError(f"{analysis} produced unknown table(s) {sorted(unknown)}")
             for table in expected:
-                _delete_head(con, table, u)
                 cols = result.tables.get(table)
                 if not cols:
                     continue
@@ -58,9 +81,20 @@ def write_head(con: duckdb.DuckDBPyConnection, outcome: HeadOutcome, config_ids:
                 key = {"model_id": np.full(n, u.model_id, dtype=object), "layer": np.full(n, u.layer),
                        "q_head": np.full(n, u.q_head), "k_head": np.full(n, u.k_head),
                        "config_id": np.full(n, config_ids[analysis], dtype=object)}
-                store.insert_columns(con, table, {**key, **cols})
+                rows.setdefault(table, []).append({**key, **cols})
+            for name, value in zip(runs, (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis], fp,
+                                          now, o.seconds)):
+                runs[name].append(value)
+    with store.transaction(con):
+        for key, analysis in stale:
+            for table in ANALYSIS_TABLES[analysis]:
+                con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
+                            list(key))
             con.execute("DELETE FROM head_runs WHERE model_id = ? AND layer = ? AND q_head = ? AND analysis = ?",
-                        [u.model_id, u.layer, u.q_head, analysis])
-            con.execute("INSERT INTO head_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        [u.model_id, u.layer, u.q_head, analysis, config_ids[analysis], fp, _now(),
-                         outcome.seconds])
+                        [*key, analysis])
+        for table, parts in rows.items():
+            store.insert_columns(con, table, _concat(parts))
+        store.insert_columns(con, "head_runs", runs)
+    for o in outcomes:
+        previous.update((*o.unit.key, a) for a in o.results)
+    return len(outcomes)
