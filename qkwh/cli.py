@@ -167,8 +167,9 @@ def compute(
 ) -> None:
     """Run the per-head analyses (spec §2) for every head with a q and a k file.
 
-    One transaction per head; heads whose inputs and parameters are unchanged are skipped, so an
-    interrupted run resumes.  Every parameter is recorded in run_config.
+    Heads sharing a k file are written in one transaction (never part of a head); heads whose
+    inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
+    parameter is recorded in run_config.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
