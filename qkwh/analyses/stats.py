@@ -20,8 +20,6 @@ over the rows is done once per head (:func:`head_moments` memoises the last head
 from __future__ import annotations
 
 import functools
-import threading
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -573,22 +571,12 @@ def _gram(xc: np.ndarray) -> np.ndarray:
     return np.triu(upper) + np.triu(upper, 1).T
 
 
-_CACHE_LOCK = threading.Lock()
-_CACHE: tuple[weakref.ref, HeadMoments] | None = None
-
-
 def head_moments(head: HeadData) -> HeadMoments:
-    """Compute (or reuse) the :class:`HeadMoments` of ``head``.
+    """The :class:`HeadMoments` of ``head``.
 
-    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  The result for
-    the most recent ``HeadData`` object is memoised (by object identity, via a weak reference) so
-    that running PCA and rotation on the same head pays for it once.  HeadData arrays must not be
-    mutated in place between calls.
+    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
+    PCA and rotation on the same head compute it once and pass it to both (``moments=``).
     """
-    global _CACHE
-    with _CACHE_LOCK:
-        if _CACHE is not None and _CACHE[0]() is head:
-            return _CACHE[1]
     validate_head(head)
     t = np.asarray(head.q_pos, dtype=np.float64)
     s = np.asarray(head.k_pos, dtype=np.float64)
@@ -609,8 +597,6 @@ def head_moments(head: HeadData) -> HeadMoments:
         qc=qc, kc=kc, t=t, s=s, mu_q=mu_q, mu_k=mu_k, scatter_q=sc_q, scatter_k=sc_k,
         cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss, msq_q=msq_q, msq_k=msq_k,
     )
-    with _CACHE_LOCK:
-        _CACHE = (weakref.ref(head), mom)
     return mom
 
 

@@ -79,8 +79,10 @@ def compute(
             on_start(report.n_planned)
         if not tasks:
             return report
-        n_workers = workers if workers is not None else (os.cpu_count() or 1)
-        ex = executor or make_executor(min(max(n_workers, 1), len(tasks)))
+        n_workers = min(max(workers if workers is not None else (os.cpu_count() or 1), 1), len(tasks))
+        if n_workers > 1:  # the workers have the cores; the parent only writes
+            con.execute("SET threads TO 1")
+        ex = executor or make_executor(n_workers)
         try:
             previous = {(m, l, q, a) for (m, l, q, a) in done}
             for outcomes in ex.map_unordered(run_group, tasks):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkwh.analyses import pca, plasticity, rotation
+from qkwh.analyses import pca, plasticity, rotation, stats
 from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.compute.units import GroupTask, HeadUnit
@@ -44,11 +44,13 @@ def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> He
 
 def run_analyses(head: HeadData, analyses: tuple[str, ...], config: RunConfig) -> dict[str, AnalysisResult]:
     out: dict[str, AnalysisResult] = {}
+    # PCA and rotation share one pass over the rows (the head's moments)
+    moments = stats.head_moments(head) if {"pca", "rotation"} & set(analyses) else None
     for name in analyses:
         if name == "pca":
-            out[name] = pca.analyse(head, config.pca)
+            out[name] = pca.analyse(head, config.pca, moments=moments)
         elif name == "rotation":
-            out[name] = rotation.analyse(head, config.rotation)
+            out[name] = rotation.analyse(head, config.rotation, moments=moments)
         elif name == "plasticity":
             out[name] = plasticity.analyse(head, config.plasticity, seed=config.seed)
         else:  # validated earlier; defensive
