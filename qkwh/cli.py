@@ -270,7 +270,7 @@ def build(
 
     result = run(store.resolve_warehouse(warehouse), select=select,
                  log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
-    out.print(str(getattr(result, "summary", result)))
+    out.print(result.summary)
 
 
 @app.command()
@@ -368,7 +368,7 @@ def demo(warehouse: WarehouseOpt = None) -> None:
     from qkwh.build import build as run_build
 
     res = run_build(wh)
-    out.print(f"[bold]build[/]   {getattr(res, 'summary', res)}")
+    out.print(f"[bold]build[/]   {res.summary}")
     from qkwh.reports.render import render
 
     rr = render(wh, out=None, models=None)

@@ -96,13 +96,13 @@ def table_names(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows]
 
 
-def tables_with_column(con: duckdb.DuckDBPyConnection, column: str, *, base_tables_only: bool = True) -> list[str]:
-    """Tables of ``main`` that have ``column`` (used to remove everything derived from a model)."""
-    kind = "AND t.table_type = 'BASE TABLE'" if base_tables_only else ""
+def tables_with_column(con: duckdb.DuckDBPyConnection, column: str) -> list[str]:
+    """Base tables of ``main`` that have ``column`` (views are left out: they hold no rows)."""
     rows = con.execute(
-        f"""SELECT c.table_name FROM information_schema.columns c
-            JOIN information_schema.tables t USING (table_catalog, table_schema, table_name)
-            WHERE c.table_schema = 'main' AND c.column_name = ? {kind} ORDER BY 1""",
+        """SELECT c.table_name FROM information_schema.columns c
+           JOIN information_schema.tables t USING (table_catalog, table_schema, table_name)
+           WHERE c.table_schema = 'main' AND c.column_name = ? AND t.table_type = 'BASE TABLE'
+           ORDER BY 1""",
         [column],
     ).fetchall()
     return [r[0] for r in rows]
@@ -176,12 +176,7 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(load_sql("head_inputs_macro"))
 
 
-def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str] | None = None) -> dict[str, int]:
-    """Delete a model's rows from ``tables`` (default: every base table with a model_id column)."""
-    counts: dict[str, int] = {}
-    for table in tables if tables is not None else tables_with_column(con, "model_id"):
-        n = con.execute(f"SELECT count(*) FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]
-        if n:
-            con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id])
-        counts[table] = n
-    return counts
+def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str]) -> dict[str, int]:
+    """Delete a model's rows from ``tables``; returns the rows deleted per table."""
+    return {table: con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]
+            for table in tables}

@@ -84,7 +84,7 @@ def compute(
             con.execute("SET threads TO 1")
         ex = executor or make_executor(n_workers)
         try:
-            previous = {(m, l, q, a) for (m, l, q, a) in done}
+            previous = set(done)  # (model_id, layer, q_head, analysis) that already have rows
             for outcomes in ex.map_unordered(run_group, tasks):
                 report.failures += [(o.unit.label, o.error) for o in outcomes if o.error]
                 report.n_written += write_heads(con, [o for o in outcomes if not o.error], config_ids, previous)

@@ -27,13 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_blas_thread():
-    """Single-threaded BLAS: on a busy 2-core box OpenBLAS worker threads spin and the real-data
-    tests slow down ~10x.  Results do not depend on it (threadpoolctl is optional)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        yield
-        return
+    """Single-threaded BLAS, as in compute: on a busy 2-core box OpenBLAS worker threads spin and
+    the real-data tests slow down ~10x."""
+    from threadpoolctl import threadpool_limits
+
     with threadpool_limits(1, user_api="blas"):
         yield
 
