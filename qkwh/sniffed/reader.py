@@ -67,9 +67,9 @@ def check_schema(path: Path, schema: pa.Schema) -> str:
     return kind
 
 
-def _open(path: Path) -> pq.ParquetFile:
+def _open(path: Path, content: bytes | None = None) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path if content is None else pa.BufferReader(content))
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
 
@@ -83,11 +83,14 @@ def read_schema(path: Path) -> pa.Schema:
     return _open(Path(path)).schema_arrow
 
 
-def read_file(path: Path, *, with_vectors: bool = True) -> FileData:
-    """Read and type-check one file.  Raises :class:`InputError` on any defect that makes the
-    file unusable (unreadable, truncated, wrong types, ragged vectors)."""
+def read_file(path: Path, *, with_vectors: bool = True, content: bytes | None = None) -> FileData:
+    """Read and type-check one file (from ``content`` when the caller already holds its bytes).
+
+    Raises :class:`InputError` on any defect that makes the file unusable (unreadable,
+    truncated, wrong types, ragged vectors); messages name ``path``.
+    """
     path = Path(path)
-    pf = _open(path)
+    pf = _open(path, content)
     kind = check_schema(path, pf.schema_arrow)
     cols = list(INT_COLUMNS) + (["vector"] if with_vectors else [])
     if "sliding_window" in pf.schema_arrow.names:

@@ -58,25 +58,22 @@ class FileStats:
         return int(vals[0]) if vals else None
 
 
-def fingerprint_file(path: Path, chunk: int = 1 << 22) -> str:
-    """sha256 of the file content, first 32 hex characters."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()[:32]
+def fingerprint(content: bytes) -> str:
+    """sha256 of a file's content, first 32 hex characters."""
+    return hashlib.sha256(content).hexdigest()[:32]
 
 
 def _stats(f: SniffedFile) -> FileStats:
-    data = read_file(f.path)
+    content = f.path.read_bytes()  # one read: hashed, then decoded from memory
+    data = read_file(f.path, content=content)
     nonfinite = int(data.vectors.size - np.isfinite(data.vectors).sum()) if data.vectors.size else 0
     pos = data.position
     return FileStats(
         file=f,
         rows=data.rows,
         d=data.d,
-        bytes=f.path.stat().st_size,
-        fingerprint=fingerprint_file(f.path),
+        bytes=len(content),
+        fingerprint=fingerprint(content),
         n_examples=int(np.unique(data.example_id).size),
         min_position=int(pos.min()) if pos.size else None,
         max_position=int(pos.max()) if pos.size else None,
