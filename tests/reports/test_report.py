@@ -230,3 +230,26 @@ def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(fill
     assert list(r.models) == [MODEL] + [c[0] for c in CKPTS]
     # the fake checkpoints have no vectors: their per-model figures are left out, not broken
     assert any(s.id == "ap-heatmap-ckpt-a" for s in r.skipped)
+
+
+def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse, tmp_path, monkeypatch):
+    """A figure that raises is left out with its error, the rest is written, and the exit code says so."""
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from qkwh.cli import app
+    from qkwh.reports import render as render_mod
+
+    def broken(marts):
+        raise RuntimeError("simulated drawing bug")
+
+    first = render_mod.CATALOGUE[0]
+    bad = dataclasses.replace(first, key="broken-figure", build=broken, per_model=False)
+    monkeypatch.setattr(render_mod, "CATALOGUE", (bad, first))
+    r = CliRunner().invoke(app, ["report", "-w", str(report_warehouse), "-o", str(tmp_path / "rep"), "-m", "smollm2-135m"])
+    assert r.exit_code == 1, r.output
+    assert "left out broken-figure: failed: RuntimeError: simulated drawing bug" in r.output
+    assert "1 figure(s) failed to render" in r.stderr
+    assert (tmp_path / "rep" / "index.html").exists()
+    assert (tmp_path / "rep" / "figures" / f"{first.key}.png").exists()
