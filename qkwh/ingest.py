@@ -301,7 +301,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
             old_ctx = con.execute("SELECT context_length, bucket_size FROM models WHERE model_id = ?",
                                   [facts.model_id]).fetchone()
             if tuple(old_ctx) != (facts.context_length, facts.bucket_size):
-                store.delete_model(con, facts.model_id, tables=list(store.COMPUTE_TABLES))
+                store.delete_model(con, facts.model_id, tables=[*store.COMPUTE_TABLES, "current_config"])
             else:
                 for layer, q_head in stale:
                     for table in store.COMPUTE_TABLES:

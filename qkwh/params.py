@@ -27,12 +27,10 @@ ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 @dataclass(frozen=True)
 class PCAParams:
-    """Combined Q/K PCA (spec §2.1, §3)."""
+    """Combined Q/K PCA (spec §2.1).  The taxonomy thresholds belong to the dbt project."""
 
     n_components: int = 10
     sign_threshold: float = 0.05  # |r_q| below this -> anchor on r_k (spec §2.1 step 5)
-    taxonomy_high: float = 0.7
-    taxonomy_low: float = 0.3
 
 
 @dataclass(frozen=True)
@@ -59,6 +57,7 @@ class PlasticityParams:
     eps: float = 1e-12  # ridge added to per-bucket covariances
     var_floor: float = 1e-12  # floor for the pair variance v
     orientation: bool = True  # §2.3.1 key-mean sign orientation (parity; I-35)
+    empirical: bool = False  # §2.3.10: also count with the bucket's real queries (same pairs)
 
 
 @dataclass(frozen=True)

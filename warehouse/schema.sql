@@ -106,6 +106,17 @@ CREATE TABLE IF NOT EXISTS head_runs (
     PRIMARY KEY (model_id, layer, q_head, analysis)
 );
 
+-- The parameter set each (model, analysis) currently reports: the marts read the per-head rows
+-- of exactly this config_id.  `qkwh compute` makes its configuration current for the models it
+-- computes.
+CREATE TABLE IF NOT EXISTS current_config (
+    model_id    VARCHAR NOT NULL,
+    analysis    VARCHAR NOT NULL,
+    config_id   VARCHAR NOT NULL,
+    set_at      TIMESTAMP NOT NULL,
+    PRIMARY KEY (model_id, analysis)
+);
+
 ------------------------------------------------------------------------------------------------
 -- Per-head results (spec §2).  Every table carries config_id -> run_config.
 ------------------------------------------------------------------------------------------------
@@ -125,8 +136,7 @@ CREATE TABLE IF NOT EXISTS pca_components (
 CREATE TABLE IF NOT EXISTS pca_heads (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     n_q INTEGER, n_k INTEGER, d INTEGER,
-    ev0 DOUBLE, ev1 DOUBLE, r_q0 DOUBLE, r_k0 DOUBLE,
-    taxonomy VARCHAR, taxonomy_th4 VARCHAR,
+    ev0 DOUBLE, ev1 DOUBLE, r_q0 DOUBLE, r_k0 DOUBLE,      -- taxonomy: derived by dbt (head_metrics)
     pos_var_q_thesis DOUBLE, pos_var_k_thesis DOUBLE,
     pc0_share_pos_q DOUBLE, pc0_share_pos_k DOUBLE,
     pos_var_q_exact DOUBLE, pos_var_k_exact DOUBLE,
@@ -195,13 +205,11 @@ CREATE TABLE IF NOT EXISTS plasticity_heads (
     q_resid0_skew DOUBLE, q_resid0_kurt DOUBLE, q_resid0_ks_p DOUBLE,
     q_noise_med_abs_skew DOUBLE, q_noise_med_abs_kurt DOUBLE,
     q_noise_med_ks_p DOUBLE, q_noise_frac_ks_p_lt_alpha DOUBLE,
-    ap_overall DOUBLE, n_buckets_valid INTEGER,
+    -- ap_overall, deciles, first/last 20 % and ap_drop are derived from plasticity_buckets by
+    -- dbt (head_metrics), the one place they are computed
     alpha_pos DOUBLE, beta_pos DOUBLE, sigma2_pos DOUBLE, seed_used BIGINT,
     context_length INTEGER,
-    decile_0 DOUBLE, decile_1 DOUBLE, decile_2 DOUBLE, decile_3 DOUBLE, decile_4 DOUBLE,
-    decile_5 DOUBLE, decile_6 DOUBLE, decile_7 DOUBLE, decile_8 DOUBLE, decile_9 DOUBLE,
-    ap_first_20pct DOUBLE, ap_last_20pct DOUBLE, ap_drop DOUBLE,
-    cov_mode VARCHAR, eligibility VARCHAR, pairs VARCHAR,
+    cov_mode VARCHAR, eligibility VARCHAR, pairs VARCHAR, empirical BOOLEAN,
     config_id VARCHAR NOT NULL,
     PRIMARY KEY (model_id, layer, q_head)
 );
@@ -218,6 +226,9 @@ CREATE TABLE IF NOT EXISTS plasticity_buckets (
     ap_bucket DOUBLE,
     ap_bucket_se DOUBLE,                         -- standard error of the sampled estimator
     mean_abs_z DOUBLE,
+    ap_bucket_empirical DOUBLE,                  -- same pairs, counted with the bucket's real queries
+    ap_bucket_empirical_se DOUBLE,               -- its standard error (as ap_bucket_se)
+    gauss_gap_se DOUBLE,                         -- SE of ap_bucket - ap_bucket_empirical (paired)
     mode VARCHAR,                                -- '<pairs>/<cov_mode>/<eligibility>'
     config_id VARCHAR NOT NULL,
     PRIMARY KEY (model_id, layer, q_head, q_bucket)

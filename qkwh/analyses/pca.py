@@ -1,10 +1,10 @@
-"""Combined Q/K PCA and the PC0 head taxonomy (spec §2.1, §3, I-09, I-10, I-13, I-37).
+"""Combined Q/K PCA of one head (spec §2.1, I-09, I-13, I-37).
 
 One head in, two tables out:
 
 * ``pca_components`` — one row per principal component ``pc = 0 .. n_pc-1`` with
   ``explained_variance_ratio, r_q, r_k, p_q, p_k, sign_flipped, anchor, mean_q, mean_k, var_q, var_k``;
-* ``pca_heads`` — one row with ``n_q, n_k, d, ev0, ev1, r_q0, r_k0, taxonomy, taxonomy_th4,
+* ``pca_heads`` — one row with ``n_q, n_k, d, ev0, ev1, r_q0, r_k0,
   pos_var_q_thesis, pos_var_k_thesis, pc0_share_pos_q, pc0_share_pos_k, pos_var_q_exact,
   pos_var_k_exact, qk_sep_pc0, fisher_pc0, qk_acc_pc01``.
 
@@ -25,89 +25,7 @@ from qkwh.analyses import stats
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.params import PCAParams
 
-__all__ = ["analyse", "taxonomy", "taxonomy_th4", "TAXONOMY_CLASSES", "TAXONOMY_TH4_CLASSES"]
-
-TAXONOMY_CLASSES: tuple[str, ...] = (
-    "position_dominated",
-    "q_positional",
-    "k_positional",
-    "content_focused",
-    "mixed",
-)
-TAXONOMY_TH4_CLASSES: tuple[str, ...] = ("position_dominated", "q_positional", "content_focused", "mixed")
-
-
-def _as_output(labels: np.ndarray, scalar: bool) -> str | None | np.ndarray:
-    return labels.reshape(()).item() if scalar else labels
-
-
-def taxonomy(
-    r_q0: float | np.ndarray, abs_r_k0: float | np.ndarray, params: PCAParams = PCAParams()
-) -> str | None | np.ndarray:
-    """Five-class PC0 head taxonomy of spec §3 (SEED-001 rule; I-10).
-
-    Strict inequalities evaluated in order (HIGH = ``params.taxonomy_high`` = 0.7,
-    LOW = ``params.taxonomy_low`` = 0.3):
-
-    ==================== ============================================
-    position_dominated   r_q > HIGH and |r_k| > HIGH
-    q_positional         r_q > HIGH and |r_k| < LOW
-    k_positional         r_q < LOW  and |r_k| > HIGH
-    content_focused      r_q < LOW  and |r_k| < LOW
-    mixed                everything else (incl. exact ties at LOW / HIGH)
-    ==================== ============================================
-
-    Parameters
-    ----------
-    r_q0 : canonicalised (signed) PC0 query correlation; scalar or array
-    abs_r_k0 : |r_k| of PC0 (the absolute value is taken again, so a signed r_k is fine)
-    params : thresholds
-
-    Returns
-    -------
-    str for scalar input, else an object array of str; None where an input is NaN.
-    """
-    rq = np.asarray(r_q0, dtype=np.float64)
-    rk = np.abs(np.asarray(abs_r_k0, dtype=np.float64))
-    scalar = rq.ndim == 0 and rk.ndim == 0
-    rq, rk = np.broadcast_arrays(np.atleast_1d(rq), np.atleast_1d(rk))
-    hi, lo = params.taxonomy_high, params.taxonomy_low
-    out = np.select(
-        [
-            (rq > hi) & (rk > hi),
-            (rq > hi) & (rk < lo),
-            (rq < lo) & (rk > hi),
-            (rq < lo) & (rk < lo),
-        ],
-        list(TAXONOMY_CLASSES[:4]),
-        default="mixed",
-    ).astype(object)
-    out[np.isnan(rq) | np.isnan(rk)] = None
-    return _as_output(out, scalar)
-
-
-def taxonomy_th4(
-    r_q0: float | np.ndarray, r_k0: float | np.ndarray, params: PCAParams = PCAParams()
-) -> str | None | np.ndarray:
-    """Thesis 4-class taxonomy on (|r_q|, |r_k|) (TH 02_pca_decomposition.tex; spec §3, I-10).
-
-    ``position_dominated``: |r_q| > HIGH and |r_k| > HIGH; ``q_positional``: |r_q| > HIGH and
-    |r_k| <= HIGH ("does not exceed"); ``content_focused``: |r_q| < LOW and |r_k| < LOW;
-    ``mixed``: everything else.  No k_positional class.  None where an input is NaN.
-    """
-    rq = np.abs(np.asarray(r_q0, dtype=np.float64))
-    rk = np.abs(np.asarray(r_k0, dtype=np.float64))
-    scalar = rq.ndim == 0 and rk.ndim == 0
-    rq, rk = np.broadcast_arrays(np.atleast_1d(rq), np.atleast_1d(rk))
-    hi, lo = params.taxonomy_high, params.taxonomy_low
-    out = np.select(
-        [(rq > hi) & (rk > hi), (rq > hi) & (rk <= hi), (rq < lo) & (rk < lo)],
-        list(TAXONOMY_TH4_CLASSES[:3]),
-        default="mixed",
-    ).astype(object)
-    out[np.isnan(rq) | np.isnan(rk)] = None
-    return _as_output(out, scalar)
-
+__all__ = ["analyse"]
 
 def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
     """All-NaN rows for a head with (numerically) zero total variance."""
@@ -122,7 +40,7 @@ def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
             "mean_q": nan, "mean_k": nan, "var_q": nan, "var_k": nan,
         },
     )
-    res.add("pca_heads", _heads_row(mom, **{c: np.nan for c in _HEAD_FLOATS}, taxonomy=None, taxonomy_th4=None))
+    res.add("pca_heads", _heads_row(mom, **{c: np.nan for c in _HEAD_FLOATS}))
     return res
 
 
@@ -140,8 +58,6 @@ def _heads_row(mom: stats.HeadMoments, **values: object) -> dict[str, np.ndarray
     }
     for name in _HEAD_FLOATS:
         row[name] = np.array([values[name]], dtype=np.float64)
-    for name in ("taxonomy", "taxonomy_th4"):
-        row[name] = np.array([values[name]], dtype=object)
     return row
 
 
@@ -150,7 +66,9 @@ def _safe_div(num: float, den: float) -> float:
 
 
 def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.HeadMoments | None = None) -> AnalysisResult:
-    """Combined Q/K PCA of one head (spec §2.1) with the §3 taxonomy.
+    """Combined Q/K PCA of one head (spec §2.1).
+
+    The head taxonomy is derived from r_q0 / r_k0 by the dbt project (``head_metrics``), not here.
 
     Algorithm (sklearn ``PCA(n_components)`` semantics on the pooled, unweighted X = [Q; K]):
     eigen-decomposition of C = (X - x̄)ᵀ(X - x̄)/(N - 1) (d x d ``eigh``); n_pc = min(n_components,
@@ -172,7 +90,7 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     Returns
     -------
     AnalysisResult with tables ``pca_components`` (n_pc rows) and ``pca_heads`` (1 row).
-    A head with zero total variance (constant vectors) yields NaN statistics and taxonomy None.
+    A head with zero total variance (constant vectors) yields NaN statistics.
     A head whose positions are all equal yields r = 0 (zero-variance rule, spec §0) and p = NaN.
 
     Raises
@@ -246,8 +164,6 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
             ev1=evr[1] if n_pc > 1 else np.nan,
             r_q0=r_q[0],
             r_k0=r_k[0],
-            taxonomy=taxonomy(r_q[0], abs(r_k[0]), params),
-            taxonomy_th4=taxonomy_th4(r_q[0], r_k[0], params),
             pos_var_q_thesis=pos_var_q,
             pos_var_k_thesis=pos_var_k,
             pc0_share_pos_q=_safe_div(evr[0] * r_q[0] ** 2, pos_var_q),

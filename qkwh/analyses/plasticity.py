@@ -12,7 +12,9 @@ Pipeline for one :class:`~qkwh.analyses.types.HeadData` (all arithmetic in float
 5. admissible key pairs: two distinct eligible keys of one example (§2.3.5); plasticity of a
    pair ``PP = 4 Phi(z) Phi(-z)``, ``z = m / sqrt(v)`` (§2.3.6); bucket value ``AP_j`` = mean PP
    over ``P`` sampled pairs (``pairs="sampled"``) or over *all* admissible pairs
-   (``pairs="exhaustive"``, per-example Gram matrices, §2.3.8b);
+   (``pairs="exhaustive"``, per-example Gram matrices, §2.3.8b); with ``empirical=True`` the
+   same pairs are also scored with the bucket's real queries (§2.3.10): ``PP_emp = 4 p (1-p)
+   n/(n-1)``, p = share of queries with ``q.k1 > q.k2``;
 6. outputs: ``plasticity_heads`` (1 row), ``plasticity_buckets`` (1 row per query bucket),
    ``plasticity_heatmap`` (accumulators per (q_bucket, dx_bin, dm_bin)), ``plasticity_components``
    (1 row per head dim).
@@ -22,7 +24,11 @@ them: :func:`cap_rows`, :func:`orientation_signs`, :func:`fit_position_regressio
 :func:`householder_vector`, :func:`apply_householder`, :func:`component_weights`,
 :func:`scalar_position_predictability`, :func:`ks_norm_pvalues`, :func:`query_model`,
 :func:`pair_plasticity`, :func:`admissible_pair_counts`, :func:`sample_pairs`,
-:func:`enumerate_pairs`, :func:`exhaustive_bucket`, :func:`head_deciles`.
+:func:`enumerate_pairs`, :func:`exhaustive_bucket`, :func:`net_wins`,
+:func:`empirical_pair_plasticity`.
+
+Head-level aggregates of the buckets (ap_overall, deciles, first/last 20 %, ap_drop, and their
+empirical counterparts) are derived by the dbt project, the one place they are computed.
 
 Resolutions of points the spec leaves open are marked ``[RES]`` in the docstrings.
 """
@@ -44,6 +50,7 @@ from qkwh.params import PlasticityParams, pair_seed
 
 __all__ = [
     "BucketEstimate",
+    "EmpiricalEstimate",
     "HeatmapAccumulator",
     "PositionalModel",
     "QueryModel",
@@ -53,12 +60,13 @@ __all__ = [
     "apply_householder",
     "cap_rows",
     "component_weights",
+    "empirical_pair_plasticity",
     "enumerate_pairs",
     "exhaustive_bucket",
     "fit_position_regression",
-    "head_deciles",
     "householder_vector",
     "ks_norm_pvalues",
+    "net_wins",
     "orientation_signs",
     "pair_plasticity",
     "query_model",
@@ -92,17 +100,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     HEADS: (
         "n_q", "n_k", "d",
         *_DIAG_COLUMNS,
-        "ap_overall", "n_buckets_valid",
         "alpha_pos", "beta_pos", "sigma2_pos", "seed_used",
         "context_length",
-        *(f"decile_{k}" for k in range(10)),
-        "ap_first_20pct", "ap_last_20pct", "ap_drop",
-        "cov_mode", "eligibility", "pairs",
+        "cov_mode", "eligibility", "pairs", "empirical",
     ),
     BUCKETS: (
         "q_bucket", "bucket_position", "bucket_midpoint", "bucket_frac",
         "n_queries", "n_eligible_keys", "n_admissible_pairs", "n_pairs",
-        "ap_bucket", "ap_bucket_se", "mean_abs_z", "mode",
+        "ap_bucket", "ap_bucket_se", "mean_abs_z",
+        "ap_bucket_empirical", "ap_bucket_empirical_se", "gauss_gap_se", "mode",
     ),
     HEATMAP: ("q_bucket", "dx_bin", "dm_bin", "n", "sum_pp", "sum_pp2"),
     COMPONENTS: ("component", "component_r2", "component_weight"),
@@ -745,6 +751,81 @@ class BucketEstimate:
     mean_abs_z: float
     exact: bool
     heat: HeatmapAccumulator | None
+    empirical: "EmpiricalEstimate | None" = None
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.3.10 empirical (real-query) estimator
+# ---------------------------------------------------------------------------------------------
+_EMP_CHUNK = 1 << 21  # max score differences held at once (pairs x queries)
+
+
+def net_wins(diff: np.ndarray) -> np.ndarray:
+    """Row-wise ``#(diff > 0) - #(diff < 0)`` of a (P, n) matrix of score differences -> (P,).
+
+    ``diff[i, r] = q_r . k1_i - q_r . k2_i``; a tie (exactly 0) counts for neither side, i.e. 1/2
+    to each in the share below.
+    """
+    return (np.count_nonzero(diff > 0, axis=1) - np.count_nonzero(diff < 0, axis=1)).astype(np.float64)
+
+
+def empirical_pair_plasticity(wins: np.ndarray, n_queries: int) -> np.ndarray:
+    """``PP_emp = 4 p (1 - p) n / (n - 1)`` per pair (§2.3.10) from net wins (P,) -> (P,).
+
+    ``p = share of the n real queries with q.k1 > q.k2`` (ties 1/2) ``= 1/2 + wins / (2n)``, so
+    ``4 p (1 - p) = 1 - (wins / n)²``.  The factor ``n / (n - 1)`` makes it unbiased for
+    ``4 p (1 - p)`` of the query population (it can exceed 1 slightly).  Needs ``n >= 2``.
+    """
+    n = float(n_queries)
+    x = np.asarray(wins, dtype=np.float64) / n
+    return (1.0 - x * x) * (n / (n - 1.0))
+
+
+@dataclass
+class EmpiricalEstimate:
+    """Empirical AP_j over a pair set, paired with the Gaussian estimate on the same pairs.
+
+    ap : mean PP_emp; se : its standard error (same rule as the Gaussian ``se``); gap_se :
+    standard error of the paired difference ``mean(PP_gauss - PP_emp)``.
+    """
+
+    ap: float
+    se: float
+    gap_se: float
+
+
+class _EmpiricalSums:
+    """Running sums of PP_emp and of the paired gap ``PP_gauss - PP_emp`` over pairs."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.s_e = self.s_e2 = self.s_g = self.s_g2 = 0.0
+
+    def add(self, pp_gauss: np.ndarray, pp_emp: np.ndarray) -> None:
+        gap = pp_gauss - pp_emp
+        self.n += len(pp_emp)
+        self.s_e += float(pp_emp.sum())
+        self.s_e2 += float(pp_emp @ pp_emp)
+        self.s_g += float(gap.sum())
+        self.s_g2 += float(gap @ gap)
+
+    def exhaustive(self, num_pairs: int) -> EmpiricalEstimate:
+        """Means over every admissible pair; SE of the sampled estimator with ``num_pairs``
+        draws (population sd / sqrt(P)), 0 when every pair fits in one draw set."""
+        n = self.n
+        ap = self.s_e / n
+
+        def se(s: float, s2: float) -> float:
+            if n <= num_pairs:
+                return 0.0
+            m = s / n
+            return math.sqrt(max(s2 / n - m * m, 0.0) / num_pairs)
+
+        return EmpiricalEstimate(ap, se(self.s_e, self.s_e2), se(self.s_g, self.s_g2))
+
+
+def _sample_se(x: np.ndarray) -> float:
+    return float(x.std(ddof=1)) / math.sqrt(len(x)) if len(x) > 1 else math.nan
 
 
 def _size_grouped_layout(counts: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
@@ -802,6 +883,8 @@ def exhaustive_bucket(
     num_pairs: int,
     var_floor: float = 1e-12,
     rows: np.ndarray | None = None,
+    queries: np.ndarray | None = None,
+    keys_raw: np.ndarray | None = None,
 ) -> BucketEstimate:
     """Exact AP_j over every admissible pair (§2.3.8b), with its heatmap accumulators.
 
@@ -818,6 +901,12 @@ def exhaustive_bucket(
     ``sd_pop(PP) / sqrt(num_pairs)`` when ``A > num_pairs``; 0 when ``A <= num_pairs`` (the
     sampled mode then uses every pair once, i.e. this very computation).  [RES] the brief's
     ``/sqrt(min(P, A))`` read literally is non-zero for A <= P; the stated intent (0) is used.
+
+    queries, keys_raw : optional (n_j, d) real queries of the bucket and (n, d) keys laid out
+    like ``keys_rot`` but *unrotated* (raw or sign-oriented; dot products with queries in the
+    same frame).  Given both (n_j >= 2), the empirical estimate of §2.3.10 over the same pairs
+    is returned in ``BucketEstimate.empirical``: one GEMM of the bucket's keys against its
+    queries, then for each pair the share of queries scoring k1 above k2.
     """
     total = int(admissible_pair_counts(counts).sum())
     if total == 0:
@@ -842,6 +931,13 @@ def exhaustive_bucket(
     gdiag = np.einsum("ij,ij->i", left, right)
     heat = HeatmapAccumulator(model.tau, float(bucket_width), float(pos.min()), float(pos.max()))
     s_pp = s_pp2 = s_z = 0.0
+    emp = None
+    if queries is not None and keys_raw is not None and len(queries) >= 2:
+        Qe = np.asarray(queries, dtype=np.float64)
+        # scores of every key of the layout against every query: (n_e, n_j), rows contiguous
+        scores = np.take(np.asarray(keys_raw), perm, axis=0).astype(np.float64) @ Qe.T
+        emp = _EmpiricalSums()
+        chunk = max(1, _EMP_CHUNK // len(Qe))
     for off, n_b, g, r0, r1, aa, bb in _pair_blocks(groups):
         stop = off + n_b * g
         rb = right[off:stop].reshape(n_b, g, d)
@@ -858,12 +954,18 @@ def exhaustive_bucket(
         s_pp2 += float(pp @ pp)
         s_z += float(np.abs(z).sum())
         heat.add(np.take(pos, i1), np.take(pos, i2), pp)
+        if emp is not None:
+            for c0 in range(0, len(i1), chunk):
+                c1 = c0 + chunk
+                diff = np.take(scores, i1[c0:c1], axis=0) - np.take(scores, i2[c0:c1], axis=0)
+                emp.add(pp[c0:c1], empirical_pair_plasticity(net_wins(diff), len(Qe)))
     ap = s_pp / total
     if total <= num_pairs:
         se = 0.0
     else:
         se = math.sqrt(max(s_pp2 / total - ap * ap, 0.0) / num_pairs)
-    return BucketEstimate(total, ap, se, s_z / total, True, heat)
+    return BucketEstimate(total, ap, se, s_z / total, True, heat,
+                          emp.exhaustive(num_pairs) if emp is not None else None)
 
 
 def _sampled_bucket(
@@ -878,6 +980,8 @@ def _sampled_bucket(
     num_pairs: int,
     var_floor: float,
     buffers: tuple[np.ndarray, np.ndarray] | None = None,
+    queries: np.ndarray | None = None,
+    keys_raw: np.ndarray | None = None,
 ) -> BucketEstimate:
     """Sampled AP_j (§2.3.5): P i.i.d. pairs; exact (no RNG use) when ``A <= P``.
 
@@ -885,12 +989,15 @@ def _sampled_bucket(
     the example-by-example layout described by ``counts``.  ``buffers``: two (P, d) float64
     scratch arrays reused across buckets.
     ``se = sd(PP, ddof=1) / sqrt(P)`` over the drawn pairs ([RES] ddof=1).
+    ``queries`` / ``keys_raw`` (see :func:`exhaustive_bucket`): the empirical estimate on the
+    very pairs drawn here (paired with the Gaussian one).
     """
     total = int(admissible_pair_counts(counts).sum())
     if total <= num_pairs:
         return exhaustive_bucket(
             keys_rot, key_pos, counts, model,
             bucket_width=bucket_width, num_pairs=num_pairs, var_floor=var_floor, rows=elig,
+            queries=queries, keys_raw=keys_raw,
         )
     i1, i2 = sample_pairs(rng, counts, num_pairs)
     i1, i2 = elig[i1], elig[i2]
@@ -906,34 +1013,19 @@ def _sampled_bucket(
     epos = key_pos[elig]
     heat = HeatmapAccumulator(model.tau, float(bucket_width), float(epos.min()), float(epos.max()))
     heat.add(key_pos[i1], key_pos[i2], pp)
-    se = float(pp.std(ddof=1)) / math.sqrt(num_pairs) if num_pairs > 1 else math.nan
-    return BucketEstimate(num_pairs, float(pp.mean()), se, float(np.abs(z).mean()), False, heat)
-
-
-# ---------------------------------------------------------------------------------------------
-# §2.3.8 deciles for one head
-# ---------------------------------------------------------------------------------------------
-def head_deciles(
-    tau: np.ndarray, n: np.ndarray, ap: np.ndarray, context_length: float
-) -> tuple[np.ndarray, float, float, float]:
-    """``(decile (10,), ap_first_20pct, ap_last_20pct, ap_drop)`` of one head (§2.3.8).
-
-    Bucket j belongs to decile ``k = clip(floor(10 tau_j / L_ctx), 0, 9)``; a decile's value is
-    the n-weighted mean of its finite AP_j (NaN if none).  first = (d0 + d1)/2, last =
-    (d8 + d9)/2, drop = first - last (NaN propagates).
-    """
-    tau = np.asarray(tau, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    ap = np.asarray(ap, dtype=np.float64)
-    ok = np.isfinite(ap) & np.isfinite(tau) & (n > 0)
-    k = np.clip(np.floor(10.0 * tau[ok] / float(context_length)), 0, 9).astype(np.int64)
-    num = np.bincount(k, weights=n[ok] * ap[ok], minlength=10)
-    den = np.bincount(k, weights=n[ok], minlength=10)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        dec = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    first = 0.5 * (dec[0] + dec[1])
-    last = 0.5 * (dec[8] + dec[9])
-    return dec, float(first), float(last), float(first - last)
+    se = _sample_se(pp)
+    emp = None
+    if queries is not None and keys_raw is not None and len(queries) >= 2:
+        Qe = np.asarray(queries, dtype=np.float64)
+        wins = np.empty(len(i1))
+        step = max(1, _EMP_CHUNK // len(Qe))
+        for c0 in range(0, len(i1), step):
+            delta = np.take(keys_raw, i1[c0:c0 + step], axis=0).astype(np.float64)
+            delta -= np.take(keys_raw, i2[c0:c0 + step], axis=0)  # exact for float32 keys
+            wins[c0:c0 + step] = net_wins(delta @ Qe.T)
+        pp_e = empirical_pair_plasticity(wins, len(Qe))
+        emp = EmpiricalEstimate(float(pp_e.mean()), _sample_se(pp_e), _sample_se(pp - pp_e))
+    return BucketEstimate(num_pairs, float(pp.mean()), se, float(np.abs(z).mean()), False, heat, emp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1068,13 +1160,17 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
     k_ex = k_ex[korder]
     k_pos = np.asarray(head.k_pos, dtype=np.float64)[korder]
     k_bkt = np.asarray(head.k_bucket, dtype=np.int64)[korder]
-    K = np.take(np.asarray(k_in), korder, axis=0).astype(np.float64)
+    k_sorted = np.take(np.asarray(k_in), korder, axis=0)
+    K = k_sorted.astype(np.float64)
+    # the empirical estimator scores raw vectors: q.k is unchanged by orientation and reflection
+    k_raw = k_sorted if params.empirical else None
     signs = orientation_signs(K, k_bkt) if params.orientation else np.ones(d)
     K *= signs
 
     # -- regression on oriented queries, Householder, diagnostics -------------------------------
     # Qc = oriented queries minus their mean; rotated in place below (H(x - xbar) = Hx - H xbar)
-    Qc = np.multiply(np.take(np.asarray(q_in), qorder, axis=0), signs, dtype=np.float64)
+    q_sorted = np.take(np.asarray(q_in), qorder, axis=0)
+    Qc = np.multiply(q_sorted, signs, dtype=np.float64)
     if n_q >= 1:
         qbar = Qc.mean(axis=0)
         Qc -= qbar
@@ -1112,6 +1208,9 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
     b_ap = np.full(nb, np.nan)
     b_se = np.full(nb, np.nan)
     b_z = np.full(nb, np.nan)
+    b_emp = np.full(nb, np.nan)
+    b_emp_se = np.full(nb, np.nan)
+    b_gap_se = np.full(nb, np.nan)
     heat_rows: list[tuple[int, tuple[np.ndarray, ...]]] = []
     model_ok = n_k > 0 and np.isfinite(pos_model.sigma2_pos) and np.isfinite(pos_model.alpha_pos)
     window = head.sliding_window
@@ -1137,13 +1236,16 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
             Qc[rows], tau, pos_model, params.cov_mode, params.eps,
             global_fit=global_fit, global_resid_var=global_resid_var, offset=qbar_rot,
         )
-        kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor)
+        kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
+                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw)
         if params.pairs == "exhaustive":
             est = exhaustive_bucket(Kr, k_pos, counts, model, rows=elig, **kw)
         else:
             est = _sampled_bucket(rng, Kr, k_pos, elig, counts, model, buffers=buffers, **kw)
         b_npairs[bi] = est.n_pairs
         b_ap[bi], b_se[bi], b_z[bi] = est.ap, est.se, est.mean_abs_z
+        if est.empirical is not None:
+            b_emp[bi], b_emp_se[bi], b_gap_se[bi] = est.empirical.ap, est.empirical.se, est.empirical.gap_se
         if est.heat is not None:
             heat_rows.append((int(j), est.heat.rows()))
 
@@ -1161,6 +1263,9 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
         "ap_bucket": b_ap,
         "ap_bucket_se": b_se,
         "mean_abs_z": b_z,
+        "ap_bucket_empirical": b_emp,
+        "ap_bucket_empirical_se": b_emp_se,
+        "gauss_gap_se": b_gap_se,
         "mode": np.array([mode_tag] * nb, dtype=object),
     })
     # -- plasticity_heatmap --------------------------------------------------------------------
@@ -1178,26 +1283,17 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
         "component_weight": component_weights(r2) if n_q >= 2 else np.full(d, np.nan),
     })
     # -- plasticity_heads ----------------------------------------------------------------------
-    ok = np.isfinite(b_ap)
-    w_n = bcount[ok].astype(np.float64)
-    ap_overall = float(w_n @ b_ap[ok] / w_n.sum()) if ok.any() else math.nan
-    dec, first, last, drop = head_deciles(b_tau, bcount, b_ap, L)
     row: dict[str, object] = {"n_q": n_q, "n_k": n_k, "d": d, **diag}
     row.update(
-        ap_overall=ap_overall,
-        n_buckets_valid=int(ok.sum()),
         alpha_pos=pos_model.alpha_pos,
         beta_pos=pos_model.beta_pos,
         sigma2_pos=pos_model.sigma2_pos,
         seed_used=used_seed,
         context_length=int(head.context_length),
-        **{f"decile_{i}": float(dec[i]) for i in range(10)},
-        ap_first_20pct=first,
-        ap_last_20pct=last,
-        ap_drop=drop,
         cov_mode=params.cov_mode,
         eligibility=params.eligibility,
         pairs=params.pairs,
+        empirical=bool(params.empirical),
     )
     heads = {}
     for c in COLUMNS[HEADS]:

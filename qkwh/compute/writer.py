@@ -95,6 +95,10 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         for table, parts in rows.items():
             store.insert_columns(con, table, _concat(parts))
         store.insert_columns(con, "head_runs", runs)
+        # the marts report each (model, analysis) under exactly one parameter set
+        current = sorted({(o.unit.model_id, a) for o in outcomes for a in o.results})
+        con.executemany(store.load_sql("set_current_config"),
+                        [[m, a, config_ids[a], now] for m, a in current])
     for o in outcomes:
         previous.update((*o.unit.key, a) for a in o.results)
     return len(outcomes)

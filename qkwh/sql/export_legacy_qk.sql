@@ -1,5 +1,6 @@
 -- Legacy qk.csv (combined Q/K PCA results, SEED-001): one row per head and principal component
--- (10 per head), with the head's taxonomy beside it; `head` is the query head.
+-- (10 per head), with the head's taxonomy (head_taxonomy mart: `qkwh build` first) beside it;
+-- `head` is the query head.
 -- $1 = model id, or NULL for every model.
 SELECT
     c.model_id AS model,
@@ -22,6 +23,6 @@ SELECT
     h.taxonomy,
     c.config_id
 FROM pca_components AS c
-LEFT JOIN pca_heads AS h USING (model_id, layer, q_head)
+LEFT JOIN head_taxonomy AS h USING (model_id, layer, q_head)
 WHERE $1 IS NULL OR c.model_id = $1
 ORDER BY c.model_id, c.layer, c.q_head, c.pc

@@ -1,4 +1,4 @@
-"""Combined Q/K PCA (spec §2.1), the §3 taxonomy, and the shared stats helpers it uses."""
+"""Combined Q/K PCA (spec §2.1) and the shared stats helpers it uses."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_sign_flip_of_all_vectors_is_absorbed_by_canonicalisation(positional) ->
     assert_array_equal(f_comps["anchor"], comps["anchor"])
     # the sklearn orientation of the eigenvectors is unchanged, so the canonical flip toggles
     assert_array_equal(f_comps["sign_flipped"], ~comps["sign_flipped"])
-    assert f_row["taxonomy"] == row["taxonomy"]
+    assert_allclose([f_row["r_q0"], f_row["r_k0"]], [row["r_q0"], row["r_k0"]], rtol=1e-8)
 
 
 def test_row_permutation_invariance(positional) -> None:
@@ -170,61 +170,17 @@ def test_row_permutation_invariance(positional) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# taxonomy (spec §3, I-10)
+# planted PC0 correlations (the inputs of the taxonomy, which the dbt project derives)
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "r_q, r_k, expected",
-    [
-        (0.9, 0.8, "position_dominated"),
-        (0.9, -0.8, "position_dominated"),  # |r_k|
-        (0.71, 0.29, "q_positional"),
-        (0.2, 0.75, "k_positional"),
-        (-0.6, 0.9, "k_positional"),  # signed r_q < 0.3
-        (0.1, -0.1, "content_focused"),
-        (0.7, 0.8, "mixed"),  # tie at HIGH is not > 0.7
-        (0.9, 0.3, "mixed"),  # tie at LOW is not < 0.3
-        (0.3, 0.1, "mixed"),
-        (0.5, 0.5, "mixed"),
-        (0.9, 0.5, "mixed"),
-        (float("nan"), 0.5, None),
-    ],
-)
-def test_taxonomy_rule_table(r_q: float, r_k: float, expected: str | None) -> None:
-    assert pca.taxonomy(r_q, abs(r_k)) == expected
-    assert pca.taxonomy(r_q, r_k) == expected  # the absolute value is taken again
-
-
-def test_taxonomy_vectorised_and_thresholds_from_params() -> None:
-    r_q = np.array([0.9, 0.71, 0.2, 0.1, 0.7, 0.5])
-    r_k = np.array([0.8, 0.29, 0.75, 0.1, 0.8, 0.5])
-    got = pca.taxonomy(r_q, r_k)
-    assert list(got) == ["position_dominated", "q_positional", "k_positional", "content_focused", "mixed", "mixed"]
-    loose = PCAParams(taxonomy_high=0.45, taxonomy_low=0.4)
-    assert pca.taxonomy(0.5, 0.5, loose) == "position_dominated"
-
-
-@pytest.mark.parametrize(
-    "r_q, r_k, expected",
-    [
-        (0.9, 0.8, "position_dominated"),
-        (-0.9, 0.8, "position_dominated"),  # |r_q| in the thesis rule
-        (0.9, 0.7, "q_positional"),  # |r_k| "does not exceed" 0.7
-        (0.9, 0.2, "q_positional"),
-        (0.2, 0.9, "mixed"),  # no k_positional class
-        (0.1, 0.2, "content_focused"),
-        (0.3, 0.1, "mixed"),
-    ],
-)
-def test_taxonomy_th4_rule_table(r_q: float, r_k: float, expected: str) -> None:
-    assert pca.taxonomy_th4(r_q, r_k) == expected
-
-
-def test_planted_taxonomy_classes() -> None:
+def test_planted_pc0_correlations() -> None:
     both, _ = _head(seed=3, alpha_q=3e-3, alpha_k=3e-3, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=())
     content, _ = _head(seed=4, drift_scale=0.0, separation=1.0, rope_planes=())
     q_only, _ = _head(seed=5, alpha_q=3e-3, alpha_k=0.0, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=())
-    got = [_run(h)[1]["taxonomy"] for h in (both, content, q_only)]
-    assert got == ["position_dominated", "content_focused", "q_positional"]
+    rows = [_run(h)[1] for h in (both, content, q_only)]
+    (b, c, q) = [(r["r_q0"], abs(r["r_k0"])) for r in rows]
+    assert b[0] > 0.7 and b[1] > 0.7  # position dominated: both drift with position
+    assert c[0] < 0.3 and c[1] < 0.3  # content focused: neither does
+    assert q[0] > 0.7 and q[1] < 0.3  # q positional: only the queries drift
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +192,7 @@ def test_constant_vectors_give_nan_not_an_exception() -> None:
     comps, row = _run(const)
     assert len(comps["pc"]) == 8
     assert np.all(np.isnan(comps["explained_variance_ratio"])) and np.all(np.isnan(comps["r_q"]))
-    assert np.isnan(row["ev0"]) and row["taxonomy"] is None and row["taxonomy_th4"] is None
+    assert np.isnan(row["ev0"]) and np.isnan(row["r_q0"]) and "taxonomy" not in row
 
 
 def test_equal_positions_use_the_zero_variance_rule() -> None:
@@ -246,7 +202,7 @@ def test_equal_positions_use_the_zero_variance_rule() -> None:
     assert_array_equal(comps["r_k"], 0.0)
     assert np.all(np.isnan(comps["p_q"])) and np.all(np.isnan(comps["p_k"]))
     assert np.all(np.isfinite(comps["explained_variance_ratio"]))
-    assert row["taxonomy"] == "content_focused" and row["pos_var_q_exact"] == 0.0
+    assert row["r_q0"] == 0.0 and row["r_k0"] == 0.0 and row["pos_var_q_exact"] == 0.0
 
 
 def test_small_and_malformed_input_raise() -> None:
@@ -322,7 +278,7 @@ def test_real_sample_heads() -> None:
                         k_bucket=np.zeros(len(s), np.int64), context_length=8192, bucket_size=512)
         comps, row = _run(head)
         assert len(comps["pc"]) == 10 and comps["explained_variance_ratio"].sum() < 1
-        assert row["taxonomy"] in pca.TAXONOMY_CLASSES and row["taxonomy_th4"] in pca.TAXONOMY_TH4_CLASSES
+        assert -1 <= row["r_q0"] <= 1 and -1 <= row["r_k0"] <= 1
         assert 0 <= row["pos_var_q_exact"] <= 1 and 0 <= row["pos_var_k_thesis"] <= 1
         assert np.all(comps["r_q"][np.abs(comps["r_q"]) >= 0.05] > 0)
         n += 1

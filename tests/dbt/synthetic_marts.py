@@ -199,7 +199,7 @@ def model_rows(spec: ModelSpec) -> dict[str, list[dict]]:
                 var_q=1.0, var_k=1.0, config_id=CONFIG_IDS["pca"]))
         t["pca_heads"].append(dict(
             **key, n_q=8000, n_k=8000, d=spec.d, ev0=0.30, ev1=0.15, r_q0=r_q0, r_k0=r_k0,
-            taxonomy=taxonomy(r_q0, r_k0), taxonomy_th4=None, pos_var_q_thesis=0.27,
+            pos_var_q_thesis=0.27,
             pos_var_k_thesis=0.14, pc0_share_pos_q=0.9, pc0_share_pos_k=0.74, pos_var_q_exact=0.3,
             pos_var_k_exact=0.15, qk_sep_pc0=47.0, fisher_pc0=44.0, qk_acc_pc01=0.99,
             config_id=CONFIG_IDS["pca"]))
@@ -231,21 +231,15 @@ def model_rows(spec: ModelSpec) -> dict[str, list[dict]]:
         buckets = bucket_rows(spec, idx, layer, q_head)
         for b in buckets:
             t["plasticity_buckets"].append(dict(**key, **b, config_id=CONFIG_IDS["plasticity"]))
-        dec = head_deciles(buckets)
-        first = (dec[0] + dec[1]) / 2
-        last = (dec[8] + dec[9]) / 2
         t["plasticity_heads"].append(dict(
             **key, n_q=8000, n_k=8000, d=spec.d, q_R2_pos=0.05 + 0.01 * idx,
             q_beta_norm=1e-4 * (idx + 1), q_R2_scalar=0.1, q_mae_baseline=1.0, q_mae_proj=0.9,
             q_mae_ratio=0.9, q_resid0_skew=0.0, q_resid0_kurt=0.0, q_resid0_ks_p=0.5,
             q_noise_med_abs_skew=0.1, q_noise_med_abs_kurt=0.1, q_noise_med_ks_p=0.4,
-            q_noise_frac_ks_p_lt_alpha=0.1, ap_overall=head_ap_overall(buckets),
-            n_buckets_valid=sum(1 for b in buckets if not math.isnan(b["ap_bucket"])),
+            q_noise_frac_ks_p_lt_alpha=0.1,
             alpha_pos=0.0, beta_pos=1e-4, sigma2_pos=1.0, seed_used=0,
-            context_length=spec.context_length,
-            **{f"decile_{k}": dec.get(k, nan) for k in range(10)},
-            ap_first_20pct=first, ap_last_20pct=last, ap_drop=first - last, cov_mode="full",
-            eligibility="position", pairs="sampled", config_id=CONFIG_IDS["plasticity"]))
+            context_length=spec.context_length, cov_mode="full",
+            eligibility="position", pairs="sampled", empirical=False, config_id=CONFIG_IDS["plasticity"]))
         for qb in range(2):
             for dx in range(2):
                 t["plasticity_heatmap"].append(dict(

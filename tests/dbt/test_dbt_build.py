@@ -96,18 +96,18 @@ def test_build_of_a_missing_warehouse_is_not_found(tmp_path):
 
 
 def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
-    """A compute decile that disagrees with the buckets fails the cross-check, by name."""
+    """Component weights of a head that no longer sum to 1 fail the invariant test, by name."""
     wh = tmp_path / "corrupt.duckdb"
     shutil.copy(synthetic_build.warehouse, wh)
     con = duckdb.connect(str(wh))
-    con.execute("UPDATE plasticity_heads SET decile_3 = decile_3 + 0.01 "
-                "WHERE model_id = 'qwen3-4b' AND layer = 0 AND q_head = 0")
+    con.execute("UPDATE plasticity_components SET component_weight = component_weight + 0.01 "
+                "WHERE model_id = 'qwen3-4b' AND layer = 0 AND q_head = 0 AND component = 3")
     con.close()
     with pytest.raises(QkwhError) as exc:
-        build_mod.build(wh, select="assert_head_deciles_match_compute",
+        build_mod.build(wh, select="+assert_component_weights_sum_to_one",
                         target_dir=tmp_path / "target", log_sink=lambda m: None)
     message = str(exc.value)
-    assert "assert_head_deciles_match_compute" in message
+    assert "assert_component_weights_sum_to_one" in message
     assert "failing row" in message and "\n" not in message
     assert exc.value.result.failed[0].failures == 1
 
@@ -239,15 +239,15 @@ def test_bias_decomposition_changes_between_consecutive_checkpoints(synthetic_bu
 
 
 def test_head_taxonomy_and_fractions(synthetic_build):
-    rows = synthetic_build.query("SELECT r_q0, r_k0, taxonomy, taxonomy_compute FROM head_taxonomy")
+    rows = synthetic_build.query("SELECT r_q0, r_k0, taxonomy FROM head_taxonomy")
     assert len(rows) == sum(len(s.heads) for s in sm.BASE_MODELS)
-    for r_q, r_k, tax, tax_compute in rows:
-        assert tax == sm.taxonomy(r_q, r_k) == tax_compute
+    for r_q, r_k, tax in rows:
+        assert tax == sm.taxonomy(r_q, r_k)
     fr = synthetic_build.query(
         "SELECT taxonomy, n_heads, n_total, fraction FROM taxonomy_fractions WHERE scope_kind = 'all'")
     assert len(fr) == 5
     counts = {}
-    for r_q, r_k, tax, _ in rows:
+    for r_q, r_k, tax in rows:
         counts[tax] = counts.get(tax, 0) + 1
     for tax, n, total, frac in fr:
         assert n == counts.get(tax, 0) and total == len(rows) and close(frac, n / total)

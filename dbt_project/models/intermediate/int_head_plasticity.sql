@@ -1,6 +1,6 @@
 -- One row per head with plasticity: deciles (from buckets), quintiles, first/last 20 %, drop
--- (spec §2.3.8 for one head), the n-weighted ap_overall recomputed from buckets, and compute's
--- head values for the cross-check.
+-- (spec §2.3.8 for one head) and the n-weighted ap_overall, all derived here from the buckets
+-- (the one place they are computed), next to compute's head diagnostics.
 with deciles as (
     select * from {{ ref('int_head_deciles') }}
 ),
@@ -10,7 +10,7 @@ bucket_heads as (
         model_id, layer, q_head,
         any_value(k_head) as k_head,
         sum(weight * ap_bucket) filter (where is_valid) / sum(weight) filter (where is_valid)
-            as ap_overall_buckets,
+            as ap_overall,
         count(*) filter (where is_valid) as n_buckets_valid,
         count(*) as n_buckets
     from {{ ref('int_plasticity_buckets') }}
@@ -47,9 +47,7 @@ select
     h.q_head,
     coalesce(b.k_head, c.k_head) as k_head,
     {{ head_label('h.layer', 'h.q_head') }} as head_label,
-    coalesce(c.ap_overall, b.ap_overall_buckets) as ap_overall,
-    b.ap_overall_buckets,
-    c.ap_overall as ap_overall_compute,
+    b.ap_overall,
     coalesce(b.n_buckets_valid, 0) as n_buckets_valid,
     coalesce(b.n_buckets, 0) as n_buckets,
     {%- for k in range(10) %}

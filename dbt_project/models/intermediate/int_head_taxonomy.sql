@@ -1,5 +1,5 @@
 -- Head taxonomy (spec §3) from the canonicalised PC0 correlations of pca_heads (falling back
--- to pca_components pc = 0), beside the class compute stored, for the cross-check.
+-- to pca_components pc = 0): the one place a head's class is decided.
 with heads as (
     select * from {{ ref('stg_pca_heads') }}
 ),
@@ -20,8 +20,6 @@ inputs as (
         coalesce(h.r_q0, p.r_q) as r_q0,
         coalesce(h.r_k0, p.r_k) as r_k0,
         coalesce(h.ev0, p.explained_variance_ratio) as ev0,
-        h.taxonomy as taxonomy_compute,
-        h.taxonomy_th4 as taxonomy_th4_compute,
         h.config_id
     from heads as h
     left join pc0 as p using (model_id, layer, q_head)

@@ -15,7 +15,6 @@ select
     t.ev0,
     t.taxonomy,
     t.taxonomy_th4,
-    t.taxonomy_compute,
     t.config_id
 from {{ ref('int_head_taxonomy') }} as t
 join {{ ref('int_models') }} as m using (model_id)

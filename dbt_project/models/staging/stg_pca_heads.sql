@@ -14,7 +14,5 @@ select
     {%- for c in doubles %}
     {{ finite(c) }} as {{ c }},
     {%- endfor %}
-    nullif(trim(taxonomy), '') as taxonomy,
-    nullif(trim(taxonomy_th4), '') as taxonomy_th4,
     config_id
 from {{ source('qkwh', 'pca_heads') }}

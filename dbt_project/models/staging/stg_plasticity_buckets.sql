@@ -16,6 +16,9 @@ select
     {{ finite('ap_bucket') }} as ap_bucket,
     {{ finite('ap_bucket_se') }} as ap_bucket_se,
     {{ finite('mean_abs_z') }} as mean_abs_z,
+    {{ finite('ap_bucket_empirical') }} as ap_bucket_empirical,
+    {{ finite('ap_bucket_empirical_se') }} as ap_bucket_empirical_se,
+    {{ finite('gauss_gap_se') }} as gauss_gap_se,
     mode,
     config_id
 from {{ source('qkwh', 'plasticity_buckets') }}

@@ -1,8 +1,9 @@
--- Attention plasticity per head (compute's own head deciles included); non-finite doubles -> NULL.
+-- Attention plasticity per head (query diagnostics and the positional model); non-finite
+-- doubles -> NULL.  Head aggregates of the buckets are derived in int_head_plasticity.
 {%- set doubles = ['q_R2_pos', 'q_beta_norm', 'q_R2_scalar', 'q_mae_baseline', 'q_mae_proj',
                    'q_mae_ratio', 'q_resid0_skew', 'q_resid0_kurt', 'q_resid0_ks_p',
                    'q_noise_med_abs_skew', 'q_noise_med_abs_kurt', 'q_noise_med_ks_p',
-                   'q_noise_frac_ks_p_lt_alpha', 'ap_overall', 'alpha_pos', 'beta_pos',
+                   'q_noise_frac_ks_p_lt_alpha', 'alpha_pos', 'beta_pos',
                    'sigma2_pos'] %}
 select
     model_id,
@@ -16,17 +17,11 @@ select
     {%- for c in doubles %}
     {{ finite(c) }} as {{ c }},
     {%- endfor %}
-    n_buckets_valid,
     seed_used,
     context_length,
-    {%- for k in range(10) %}
-    {{ finite('decile_' ~ k) }} as decile_{{ k }},
-    {%- endfor %}
-    {{ finite('ap_first_20pct') }} as ap_first_20pct,
-    {{ finite('ap_last_20pct') }} as ap_last_20pct,
-    {{ finite('ap_drop') }} as ap_drop,
     cov_mode,
     eligibility,
     pairs,
+    empirical,
     config_id
 from {{ source('qkwh', 'plasticity_heads') }}

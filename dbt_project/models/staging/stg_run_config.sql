@@ -9,10 +9,6 @@ select
     code_version,
     params_json,
     created_at,
-    case when params_ok then try_cast(json_extract_string(params_json, '$.pca.taxonomy_high') as double) end
-        as taxonomy_high,
-    case when params_ok then try_cast(json_extract_string(params_json, '$.pca.taxonomy_low') as double) end
-        as taxonomy_low,
     case when params_ok then json_extract_string(params_json, '$.plasticity.cov_mode') end as cov_mode,
     case when params_ok then json_extract_string(params_json, '$.plasticity.pairs') end as pairs_mode,
     case when params_ok then json_extract_string(params_json, '$.plasticity.eligibility') end as eligibility
