@@ -57,6 +57,8 @@ def ingest(
     source: Annotated[str, typer.Argument(help="A sniffed dataset folder, or hf://datasets/OWNER/NAME@BRANCH.")],
     model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under (needed when the model is not in configs/models.csv).")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for Hub sources (default: the HF cache).")] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv).")] = None,
+    label: Annotated[Optional[str], typer.Option("--label", help="Display name of the model in reports and marts (default: the model id).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Validate a sniffed dataset and register it in the warehouse.
@@ -68,7 +70,7 @@ def ingest(
     from qkwh.ingest import ingest as run
 
     report = run(source, warehouse=warehouse, model_id=model_id, cache_dir=cache_dir,
-                 on_progress=lambda m: err.print(m, style="dim"))
+                 family=family, label=label, on_progress=lambda m: err.print(m, style="dim"))
     out.print(report.summary())
     for f in report.findings:
         if f.severity != "info":

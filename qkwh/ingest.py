@@ -30,6 +30,7 @@ class ModelFacts:
     model_id: str
     hf_model: str | None
     family: str | None
+    label: str | None
     params_b: float | None
     num_layers: int | None
     num_q_heads: int
@@ -90,9 +91,17 @@ def resolve_facts(
     stats: list[FileStats],
     registry: dict[str, ModelEntry],
     source: str,
+    family: str | None = None,
+    label: str | None = None,
 ) -> tuple[ModelFacts, list[Finding]]:
-    """Combine --model-id, the registry and the dataset metadata (spec §1.4, §2.3.8c)."""
+    """Combine --model-id, the registry and the dataset metadata (spec §1.4, §2.3.8c).
+
+    ``family`` and ``label`` (``--family`` / ``--label``) name the model in reports; given, they
+    win over the registry (a different registry family is recorded as a warning).
+    """
     findings: list[Finding] = []
+    family = (family or "").strip() or None
+    label = (label or "").strip() or None
     entry = registry.get(model_id) if model_id else match(
         registry, candidates=[*names, meta.get_str("dataset_branch") or ""], hf_model=meta.model_name)
     if model_id is None:
@@ -154,7 +163,8 @@ def resolve_facts(
     facts = ModelFacts(
         model_id=model_id,
         hf_model=meta.model_name or (e.hf_model if e else None),
-        family=e.family if e else None,
+        family=family or (e.family if e else None),
+        label=label,
         params_b=e.params_b if e else None,
         num_layers=(e.num_layers if e else None) or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
         num_q_heads=n_q,
@@ -176,6 +186,9 @@ def resolve_facts(
         dataset_branch=(e.dataset_branch if e else None) or meta.get_str("dataset_branch"),
         in_registry=e is not None,
     )
+    if e is not None and family and e.family and family != e.family:
+        findings.append(Finding("warning", None, "registry_mismatch",
+                                f"family: --family says {family}, registry says {e.family}; using --family"))
     if e is not None and e.head_dim and e.head_dim != d:
         findings.append(Finding("warning", None, "registry_mismatch",
                                 f"head_dim: files have {d}, registry says {e.head_dim}"))
@@ -205,8 +218,13 @@ def ingest(
     cache_dir: Path | None = None,
     registry: dict[str, ModelEntry] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    family: str | None = None,
+    label: str | None = None,
 ) -> IngestReport:
-    """Validate ``source`` and (re)place its model's catalog in the warehouse."""
+    """Validate ``source`` and (re)place its model's catalog in the warehouse.
+
+    ``family`` / ``label`` set the model's family and display name (they win over the registry).
+    """
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
     root, origin = resolve_source(source, cache_dir=cache_dir)
@@ -217,7 +235,7 @@ def ingest(
         say(f"reading {len(layout.files)} files under {layout.root}")
         stats = scan_files(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
-                                        registry=registry, source=source)
+                                        registry=registry, source=source, family=family, label=label)
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)

@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS models (
     source_fingerprint    VARCHAR NOT NULL,      -- hash over every file fingerprint of the source
     hf_model              VARCHAR,               -- model captured (metadata / registry)
     family                VARCHAR,
+    label                 VARCHAR,               -- display name in reports (ingest --label), else model_id
     params_b              DOUBLE,
     num_layers            INTEGER,
     num_q_heads           INTEGER,               -- n_q: query heads per layer
@@ -41,6 +42,8 @@ CREATE TABLE IF NOT EXISTS models (
     metadata_json         VARCHAR,               -- _saver_state.json model_metadata, verbatim
     ingested_at           TIMESTAMP NOT NULL
 );
+-- warehouses created before the label column existed get it here (idempotent)
+ALTER TABLE models ADD COLUMN IF NOT EXISTS label VARCHAR;
 
 CREATE TABLE IF NOT EXISTS files (
     model_id        VARCHAR NOT NULL,

@@ -2,7 +2,7 @@
 -- of the head deciles, ap_overall, q_beta_norm, q_R2_pos and PCA / rotation means; recovery =
 -- mean(d6, d7) - mean(d4, d5); NoPE and cross-attention flags and NoPE adjacency.
 with heads as (
-    select * from {{ ref('int_head_metrics') }}
+    select * from {{ ref('head_metrics') }}
 ),
 
 models as (

@@ -1,5 +1,9 @@
--- One row per analysed head with the PCA, rotation and plasticity metrics side by side, plus
--- the model context (family, depth) that layer- and family-level marts group by.
+-- One row per analysed head with every head-level metric side by side: PCA and taxonomy,
+-- planar rotation, plasticity aggregates of both estimators (Gaussian columns unsuffixed,
+-- empirical ones ending in _empirical) and the Gaussian-minus-empirical gaps, plus the model
+-- context (family, label, depth) and the parameter sets the values come from.  The head-level
+-- source of every model-level metric, its interval and the layer- and family-level marts.
+{%- set profile = plasticity_profile_columns() + ['ap_overall_sampled_se', 'n_buckets_valid'] %}
 with keys as (
     select model_id, layer, q_head, k_head from {{ ref('stg_heads') }}
     union
@@ -32,8 +36,31 @@ rot as (
     select * from {{ ref('stg_rotation_heads') }}
 ),
 
+pl_run as (
+    select * from {{ ref('stg_plasticity_heads') }}
+),
+
 pl as (
-    select * from {{ ref('int_head_plasticity') }}
+    select
+        model_id, layer, q_head
+        {%- for e in plasticity_estimators() %}
+        {%- for c in profile %},
+        max({{ c }}) filter (where estimator = '{{ e.name }}') as {{ c }}{{ e.suffix }}
+        {%- endfor %}
+        {%- endfor %}
+    from {{ ref('int_head_plasticity') }}
+    group by model_id, layer, q_head
+),
+
+gap_se as (
+    -- SE of the head's Gaussian-minus-empirical gap from the paired bucket SEs (gauss_gap_se),
+    -- over the buckets valid for both estimators, with the n_j weights of ap_overall
+    select
+        model_id, layer, q_head,
+        sqrt(sum(weight * weight * gauss_gap_se * gauss_gap_se)) / sum(weight) as gauss_gap_sampled_se
+    from {{ ref('int_plasticity_buckets') }}
+    where estimator = 'gaussian' and is_valid and ap_bucket_empirical is not null
+    group by model_id, layer, q_head
 )
 
 select
@@ -43,6 +70,7 @@ select
     h.k_head,
     {{ head_label('h.layer', 'h.q_head') }} as head_label,
     m.family,
+    m.label,
     m.num_layers,
     m.context_length,
     case when m.num_layers > 1 then h.layer / (m.num_layers - 1.0) end as depth,
@@ -50,7 +78,7 @@ select
          then cast(least(floor(10 * h.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
     list_contains(m.nope_layer_list, h.layer) as is_nope,
     list_contains(m.cross_attention_layer_list, h.layer) as is_cross_attention,
-    -- PCA (spec §2.1)
+    -- PCA (spec §2.1) and taxonomy (spec §3)
     (pca.model_id is not null) as has_pca,
     tax.ev0,
     pca.ev1,
@@ -58,6 +86,7 @@ select
     tax.r_k0,
     tax.abs_r_k0,
     tax.taxonomy,
+    tax.taxonomy_th4,
     pca.pos_var_q_thesis,
     pca.pos_var_k_thesis,
     pca.pc0_share_pos_q,
@@ -95,20 +124,29 @@ select
     rot.residual_pos_r,
     rot.n_active_pairs,
     rot.active_var_frac,
-    -- plasticity (spec §2.3)
-    (pl.model_id is not null) as has_plasticity,
-    pl.ap_overall,
-    {%- for k in range(10) %}
-    pl.decile_{{ k }},
+    -- plasticity (spec §2.3): Gaussian closed form, then the real-query count
+    (pl_run.model_id is not null) as has_plasticity,
+    coalesce(pl_run.empirical, false) as has_empirical,
+    pl_run.pairs,
+    {%- for e in plasticity_estimators() %}
+    {%- for c in profile %}
+    pl.{{ c }}{{ e.suffix }},
     {%- endfor %}
-    pl.ap_first_20pct,
-    pl.ap_last_20pct,
-    pl.ap_drop,
-    pl.q_beta_norm,
-    pl.q_R2_pos
+    {%- endfor %}
+    pl.ap_overall - pl.ap_overall_empirical as gauss_gap,
+    pl.ap_drop - pl.ap_drop_empirical as gauss_gap_drop,
+    g.gauss_gap_sampled_se,
+    pl_run.q_beta_norm,
+    pl_run.q_R2_pos,
+    -- the parameter sets (run_config.config_id) these values come from
+    pca.config_id as config_id_pca,
+    rot.config_id as config_id_rotation,
+    pl_run.config_id as config_id_plasticity
 from heads as h
 join models as m using (model_id)
 left join tax using (model_id, layer, q_head)
 left join pca using (model_id, layer, q_head)
 left join rot using (model_id, layer, q_head)
+left join pl_run using (model_id, layer, q_head)
 left join pl using (model_id, layer, q_head)
+left join gap_se as g using (model_id, layer, q_head)
