@@ -10,6 +10,7 @@ all-heads sets a model with fewer than min_layers layers has no replicates and s
 (noted); a model set of such a model gets no bootstrap interval.
 """
 
+import ast
 import math
 
 import numpy as np
@@ -22,13 +23,14 @@ from qkwh.uncertainty import correlation_with_intervals, weighted_pearson
 def model(dbt, session):
     dbt.config(materialized="table")
     pairs = dbt.config.get("correlation_pairs")
+    pairs = ast.literal_eval(pairs) if isinstance(pairs, str) else pairs
     min_n = int(dbt.config.get("min_corr_n"))
     level = float(dbt.config.get("level"))
     n_boot = int(dbt.config.get("n_boot"))
     seed = int(dbt.config.get("seed"))
     cols = sorted({c for p in pairs for c in p})
     heads = dbt.ref("head_metrics").project(
-        "model_id, layer, family, " + ", ".join(f'"{c}"' for c in cols)
+        "model_id, layer, q_head, family, " + ", ".join(f'"{c}"' for c in cols)
     ).order("model_id, layer, q_head").to_arrow_table().to_pylist()
     clusters = {(r["model_id"], r["layer"]): r["cluster_index"] - 1 for r in
                 dbt.ref("int_bootstrap_clusters").to_arrow_table().to_pylist()}

@@ -5,6 +5,7 @@
 -- layer was drawn.  Each metric keeps its own aggregation rule (head_metric_catalogue: means
 -- over heads, 0/1 means for fractions, medians, max) and the derived metrics (quintiles,
 -- first / last 20 %, drop, recovery, gaps) are computed from the same replicate's values.
+-- Only metrics with a value in the model appear (a derived metric: where it is defined).
 -- Sums run over lists in layer order (list_dot_product), so every value is bit-reproducible.
 {%- set derived = derived_metric_groups() %}
 with clusters as (
@@ -29,8 +30,14 @@ layer_stats as (
     group by model_id, layer, metric
 ),
 
+present as (
+    select distinct l.model_id, l.metric, k.agg
+    from layer_stats as l
+    join catalogue as k using (metric)
+),
+
 model_stats as (
-    -- per (model, metric): the layer statistics as lists in cluster_index order
+    -- per (model, metric with a value): the layer statistics as lists in cluster_index order
     select
         c.model_id,
         k.metric,
@@ -40,7 +47,7 @@ model_stats as (
         list(s.vmax order by c.cluster_index) as maxes,
         list(coalesce(s.vals, []::double[]) order by c.cluster_index) as valss
     from clusters as c
-    cross join catalogue as k
+    join present as k using (model_id)
     left join layer_stats as s
         on s.model_id = c.model_id and s.layer = c.layer and s.metric = k.metric
     group by c.model_id, k.metric, k.agg
@@ -129,4 +136,4 @@ select model_id, replicate, metric, value
 from (
     select model_id, replicate, {{ derived.keys() | join(', ') }}
     from derived
-) unpivot include nulls (value for metric in ({{ derived.keys() | join(', ') }}))
+) unpivot (value for metric in ({{ derived.keys() | join(', ') }}))
