@@ -89,3 +89,13 @@
           and cc.config_id = {{ alias }}.config_id
     )
 {%- endmacro %}
+
+{# Relative depth of a layer, layer / (num_layers - 1), and its tenth (0..9); NULL for 1 layer. #}
+{% macro depth(layer, num_layers) -%}
+    case when {{ num_layers }} > 1 then {{ layer }} / ({{ num_layers }} - 1.0) end
+{%- endmacro %}
+
+{% macro depth_bin(layer, num_layers) -%}
+    case when {{ num_layers }} > 1
+         then cast(least(floor(10 * {{ layer }} / ({{ num_layers }} - 1.0)), 9) as integer) end
+{%- endmacro %}

@@ -1,6 +1,7 @@
 -- Legacy head_metrics.csv (attention-plasticity analyze.py, spec I-24): one row per head, the
 -- AP columns under their old names (n_q_tokens, n_k_tokens, d_model) followed by the warehouse
--- extras.  Head aggregates come from the plasticity_profile mart (`qkwh build` first).
+-- extras.  Head aggregates come from the head_metrics mart (`qkwh build` first); rows are
+-- those of the parameter set the marts report (current_config).
 -- $1 = model id, or NULL for every model.
 SELECT
     h.model_id AS model,
@@ -24,9 +25,7 @@ SELECT
     q_noise_med_ks_p,
     q_noise_frac_ks_p_lt_alpha,
     p.ap_overall,
-    (SELECT count(*) FROM plasticity_buckets AS b
-      WHERE b.model_id = h.model_id AND b.layer = h.layer AND b.q_head = h.q_head
-        AND b.config_id = h.config_id AND isfinite(b.ap_bucket)) AS n_buckets_valid,
+    p.n_buckets_valid,
     alpha_pos,
     beta_pos,
     sigma2_pos,
@@ -42,7 +41,8 @@ SELECT
     pairs,
     h.config_id
 FROM plasticity_heads AS h
-LEFT JOIN plasticity_profile AS p ON p.scope = 'head' AND p.model_id = h.model_id AND p.layer = h.layer
-                                 AND p.q_head = h.q_head
+JOIN current_config AS cc ON cc.model_id = h.model_id AND cc.analysis = 'plasticity'
+                         AND cc.config_id = h.config_id
+LEFT JOIN head_metrics AS p ON p.model_id = h.model_id AND p.layer = h.layer AND p.q_head = h.q_head
 WHERE $1 IS NULL OR h.model_id = $1
 ORDER BY h.model_id, h.layer, h.q_head

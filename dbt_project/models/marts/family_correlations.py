@@ -7,7 +7,7 @@ The Fisher-z interval and the p-value treat heads as independent; heads of one l
 so the bootstrap interval, which redraws each model's layers (int_bootstrap_draws, replicate b
 of every model together: a bootstrap stratified by model), is the honest one.  In the family and
 all-heads sets a model with fewer than min_layers layers has no replicates and stays fixed
-(noted); a model set of such a model gets no bootstrap interval.
+(noted); a set whose models all have too few layers gets no bootstrap interval.
 """
 
 import ast
@@ -60,7 +60,7 @@ def model(dbt, session):
             fixed = [m for m in models if m not in draws]
             boot = None
             note = None
-            if sub and not (kind == "model" and fixed):
+            if sub and len(fixed) < len(models):
                 w = np.ones((n_boot, len(sub)))
                 for i, h in enumerate(sub):
                     m = draws.get(h["model_id"])
@@ -68,9 +68,10 @@ def model(dbt, session):
                         w[:, i] = m[:n_boot, clusters[(h["model_id"], h["layer"])]]
                 with threadpool_limits(1):
                     boot = weighted_pearson(x, y, w, min_n=min_n)
-            if fixed:
-                note = ("fewer than min_layers layers, no bootstrap interval" if kind == "model"
-                        else "held fixed in the bootstrap (fewer than min_layers layers): " + ", ".join(fixed))
+            if fixed and len(fixed) == len(models):
+                note = "no model of the set has min_layers layers: no bootstrap interval"
+            elif fixed:
+                note = "held fixed in the bootstrap (fewer than min_layers layers): " + ", ".join(fixed)
             res = correlation_with_intervals(x, y, boot, level=level, min_n=min_n)
             nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
             for k, v in (("x_metric", x_name), ("y_metric", y_name), ("scope_kind", kind),

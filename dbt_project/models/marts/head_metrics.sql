@@ -73,9 +73,8 @@ select
     m.label,
     m.num_layers,
     m.context_length,
-    case when m.num_layers > 1 then h.layer / (m.num_layers - 1.0) end as depth,
-    case when m.num_layers > 1
-         then cast(least(floor(10 * h.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
+    {{ depth('h.layer', 'm.num_layers') }} as depth,
+    {{ depth_bin('h.layer', 'm.num_layers') }} as depth_bin,
     list_contains(m.nope_layer_list, h.layer) as is_nope,
     list_contains(m.cross_attention_layer_list, h.layer) as is_cross_attention,
     -- PCA (spec §2.1) and taxonomy (spec §3)

@@ -6,9 +6,9 @@ select
     t.k_head,
     t.head_label,
     m.family,
-    case when m.num_layers > 1 then t.layer / (m.num_layers - 1.0) end as depth,
-    case when m.num_layers > 1
-         then cast(least(floor(10 * t.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
+    m.label,
+    {{ depth('t.layer', 'm.num_layers') }} as depth,
+    {{ depth_bin('t.layer', 'm.num_layers') }} as depth_bin,
     t.r_q0,
     t.r_k0,
     t.abs_r_k0,

@@ -35,9 +35,8 @@ flagged as (
         a.*,
         m.family,
         m.num_layers,
-        case when m.num_layers > 1 then a.layer / (m.num_layers - 1.0) end as depth,
-        case when m.num_layers > 1
-             then cast(least(floor(10 * a.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
+        {{ depth('a.layer', 'm.num_layers') }} as depth,
+        {{ depth_bin('a.layer', 'm.num_layers') }} as depth_bin,
         list_contains(m.nope_layer_list, a.layer) as is_nope,
         list_contains(m.cross_attention_layer_list, a.layer) as is_cross_attention,
         list_concat(m.nope_layer_list, m.cross_attention_layer_list) as no_rope_layers
