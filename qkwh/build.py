@@ -13,6 +13,7 @@ names); anonymous usage statistics and version checks are off, so nothing touche
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -119,18 +120,22 @@ def build(
     target_dir: Path | None = None,
     threads: int | None = None,
     log_sink: LogSink | None = None,
+    dbt_vars: dict[str, Any] | None = None,
 ) -> BuildResult:
     """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
 
     WAREHOUSE is the DuckDB file (the CLI resolves --warehouse, then $QKWH_WAREHOUSE, then
     warehouse/qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary"
-    or "plasticity_profile+"); --full-refresh rebuilds everything from scratch.  The warehouse
+    or "head_metrics+"); --full-refresh rebuilds everything from scratch.  The warehouse
     must not be open for writing in another process while the build runs.
 
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
+    ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
     """
     args = ["build"]
+    if dbt_vars:
+        args += ["--vars", json.dumps(dbt_vars)]
     if select:
         args += ["--select", select]
     if full_refresh:

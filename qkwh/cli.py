@@ -316,6 +316,59 @@ def export(
 
 @app.command()
 @_friendly
+def compare(
+    model_a: Annotated[str, typer.Argument(help="First model id (A).")],
+    model_b: Annotated[str, typer.Argument(help="Second model id (B).")],
+    metric: Annotated[Optional[list[str]], typer.Option("--metric", "-m", help="Only these metrics (repeat or comma-separate; default: every compared metric).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Is model A really different from model B?  Differences with intervals, from the marts.
+
+    For each metric: both models' values with their 95 % layer-cluster bootstrap intervals, the
+    difference A - B with its interval, and the verdict: `A > B` / `A < B` when the interval
+    excludes 0, `cannot tell` when it holds 0.  Reads model_comparisons and model_metric_ci
+    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.
+    """
+    from qkwh.compare import compare as run
+    from qkwh.compare import fmt as num
+    from qkwh.compare import fmt_interval, to_csv, to_json
+    from qkwh.errors import InputError
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(f"--format must be table, csv or json, not {fmt!r}")
+    rows = run(warehouse, model_a, model_b, _split(metric))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+        return
+    if fmt == "json":
+        sys.stdout.write(to_json(rows) + "\n")
+        return
+    level = next((r.level for r in rows if r.level is not None), None)
+    pct = f"{level:.0%}" if level is not None else ""
+    label_a = next((r.label_a for r in rows if r.label_a), model_a)
+    label_b = next((r.label_b for r in rows if r.label_b), model_b)
+    table = Table("metric", f"A = {label_a}", f"{pct} interval", f"B = {label_b}", f"{pct} interval",
+                  "A − B", f"{pct} interval", "verdict",
+                  title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap")
+    for r in rows:
+        table.add_row(r.metric, num(r.estimate_a), fmt_interval(r.ci_low_a, r.ci_high_a),
+                      num(r.estimate_b), fmt_interval(r.ci_low_b, r.ci_high_b), num(r.difference),
+                      fmt_interval(r.ci_low, r.ci_high), r.verdict)
+    out.print(table)
+    if not rows:
+        out.print("no metric compared for this pair")
+    notes = sorted({r.note for r in rows if r.note})
+    for n in notes:
+        out.print(f"note: {n}", highlight=False)
+    n_boot = next((r.n_boot for r in rows if r.n_boot), None)
+    if n_boot:
+        out.print(f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
+                  f"the interval of A − B holds 0", highlight=False)
+
+
+@app.command()
+@_friendly
 def report(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: reports/latest).")] = None,

@@ -32,7 +32,7 @@ def test_marts_rank_planted_plasticity_decay(tmp_path: Path):
     assert not result.failed
 
     con = store.connect(db, read_only=True)
-    drop = dict(con.execute("SELECT model_id, ap_drop FROM plasticity_profile WHERE scope = 'model'").fetchall())
+    drop = dict(con.execute("SELECT model_id, ap_drop FROM model_summary").fetchall())
     assert sorted(drop, key=drop.get) == ["synth-flat", "synth-mid", "synth-steep"], drop
     assert drop["synth-steep"] - drop["synth-flat"] > 0.2
     # the same order in model_summary, and bias_strength grows with the planted drift too

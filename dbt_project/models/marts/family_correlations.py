@@ -47,7 +47,7 @@ def model(dbt, session):
     for x_name, y_name in pairs:
         rows = [h for h in heads if h[x_name] is not None and h[y_name] is not None
                 and math.isfinite(h[x_name]) and math.isfinite(h[y_name])]
-        sets = [("all", "all", None, rows)]
+        sets = [("all", "all", None, rows)] if heads else []
         for fam in sorted({h["family"] for h in heads if h["family"] is not None}):
             sets.append(("family", fam, fam, [h for h in rows if h["family"] == fam]))
         for mid in sorted({h["model_id"] for h in heads}):

@@ -72,7 +72,7 @@ select
     case when b.ci_low is not null then b.ci_low > 0 or b.ci_high < 0 end as distinguishable,
     coalesce(b.n_boot_valid, 0) as n_boot_valid,
     {{ var('n_boot') }} as n_boot,
-    {{ level }} as level,
+    cast({{ level }} as double) as level,
     {{ var('boot_seed') }} as seed,
     'layer_cluster_bootstrap_percentile_difference' as method,
     case when not p.both_have_intervals then 'a model has no interval for this metric (too few layers)' end as note

@@ -81,7 +81,7 @@ select
     s.n_layers,
     coalesce(b.n_boot_valid, 0) as n_boot_valid,
     {{ var('n_boot') }} as n_boot,
-    {{ level }} as level,
+    cast({{ level }} as double) as level,
     {{ var('boot_seed') }} as seed,
     'layer_cluster_bootstrap_percentile' as method,
     case
