@@ -1,6 +1,6 @@
 {# Shared SQL fragments of the qkwh marts.  Each one is a single definition used everywhere. #}
 
-{# A DOUBLE that compute may have written as NaN/±Inf becomes NULL, so avg()/corr() skip it. #}
+{# A DOUBLE that compute may have written as NaN/±Inf becomes NULL, so aggregates skip it. #}
 {% macro finite(expr) -%}
     case when isfinite({{ expr }}) then {{ expr }} end
 {%- endmacro %}
@@ -10,22 +10,7 @@
     ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
 {%- endmacro %}
 
-{#
-  Pearson r of y on x as an aggregate.  NULL (not NaN) when fewer than var('min_corr_n') complete
-  pairs or when either side has zero variance; pair it with pair_count() for the n.
-#}
-{% macro pearson_r(x, y) -%}
-    case
-        when regr_count({{ y }}, {{ x }}) >= {{ var('min_corr_n') }}
-         and var_pop(case when {{ y }} is not null then {{ x }} end) > 0
-         and var_pop(case when {{ x }} is not null then {{ y }} end) > 0
-        then corr({{ y }}, {{ x }})
-    end
-{%- endmacro %}
-
-{% macro pair_count(x, y) -%}
-    cast(regr_count({{ y }}, {{ x }}) as bigint)
-{%- endmacro %}
+{# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
 
 {#
   spec §3 five-class taxonomy on the canonicalised PC0 correlations: signed r_q and |r_k|,
