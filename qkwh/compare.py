@@ -14,7 +14,6 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from qkwh import store
 from qkwh.errors import InputError, NotFoundError, QkwhError
@@ -132,6 +131,3 @@ def fmt(v: float | None) -> str:
 def fmt_interval(lo: float | None, hi: float | None) -> str:
     return "–" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]"
 
-
-def warehouse_path(warehouse: str | os.PathLike[str] | None) -> Path:
-    return store.resolve_warehouse(warehouse)

@@ -108,6 +108,16 @@
     {%- endfor %}
 {%- endmacro %}
 
+{# One row per model with the point estimates (replicate 0) of ``metrics`` as columns. #}
+{% macro point_estimates(metrics) -%}
+    select
+        r.model_id,
+        {{ point_columns(metrics) }}
+    from {{ ref('int_model_metric_replicates') }} as r
+    where r.replicate = 0
+    group by r.model_id
+{%- endmacro %}
+
 {# Metric names of the catalogue (and derived metrics) that belong to one group. #}
 {% macro metrics_of_group(group) -%}
     {%- set out = [] -%}

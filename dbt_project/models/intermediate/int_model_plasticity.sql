@@ -22,12 +22,7 @@ counts as (
 ),
 
 point as (
-    select
-        r.model_id,
-        {{ point_columns(metrics) }}
-    from {{ ref('int_model_metric_replicates') }} as r
-    where r.replicate = 0
-    group by r.model_id
+    {{ point_estimates(metrics) }}
 )
 
 select c.*, p.* exclude (model_id)
