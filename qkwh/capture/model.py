@@ -70,8 +70,9 @@ class ModelInfo:
         return out
 
 
-def _resolve(model: str) -> tuple[str, str, dict[str, Any]]:
-    """(kind, display name, from_pretrained arguments) of a MODEL argument."""
+def resolve(model: str) -> tuple[str, str, dict[str, Any]]:
+    """(kind, display name, from_pretrained arguments) of a MODEL argument; InputError if it is
+    neither a model folder, a .gguf file nor a Hub id.  Cheap: nothing is loaded."""
     p = Path(model).expanduser()
     if p.is_file():
         if p.suffix.lower() != ".gguf":
@@ -99,7 +100,7 @@ def load(model: str, *, dtype: str = "float32") -> tuple[Any, Any, ModelInfo]:
     """
     if dtype not in DTYPES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    kind, name, args = _resolve(model)
+    kind, name, args = resolve(model)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

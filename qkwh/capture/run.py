@@ -25,6 +25,7 @@ import numpy as np
 
 from qkwh.capture import parts as P
 from qkwh.capture.card import render_card
+from qkwh.capture.model import DTYPES, resolve
 from qkwh.capture.sampling import HeadSelection, SamplerSpec, keep_mask, select_heads, stored_example_id
 from qkwh.capture.sources import HUB_PREFIX, TextSource, open_source
 from qkwh.errors import InputError, QkwhError
@@ -83,6 +84,9 @@ class CaptureSettings:
             SamplerSpec(self.sampler, self.bucket_size or 1, self.base_rate)
         except ValueError as exc:
             raise InputError(f"--sampler/--base-rate: {exc}") from None
+        if self.dtype not in DTYPES:
+            raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
+        resolve(self.model)
 
 
 @dataclass
