@@ -258,7 +258,7 @@ def synth(
 @_friendly
 def capture(
     model: Annotated[str, typer.Argument(help="A Hugging Face model folder, a Hub id OWNER/NAME (taken from the local cache when it is there), or a .gguf file.")],
-    texts: Annotated[list[str], typer.Option("--texts", "-t", help="Documents, one per example: text files or folders of them, one JSONL or parquet file, or hf://datasets/OWNER/NAME[@REVISION] (repeatable).")],
+    texts: Annotated[list[str], typer.Option("--texts", "-t", help="Documents, one per example: text files or folders of them, one JSONL or parquet file, or hf://datasets/OWNER/NAME\\[@REVISION] (repeatable).")],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write (sniffer layout); re-running the same command resumes an interrupted capture.")],
     max_length: Annotated[Optional[int], typer.Option("--max-length", help="Tokens per document after truncation (default: the model's max_position_embeddings).")] = None,
     bucket_size: Annotated[Optional[int], typer.Option("--bucket-size", help="Bucket size in tokens (default: max length / 16); must divide --max-length for uniform/all.")] = None,
@@ -279,7 +279,7 @@ def capture(
 ) -> None:
     """Capture post-RoPE Q/K vectors of a local model into the sniffer layout.
 
-    Needs the optional extra: pip install 'qkwh[capture]'.  One document per example, batch 1,
+    Needs the optional extra: pip install 'qkwh\\[capture]'.  One document per example, batch 1,
     truncated to --max-length; the sampled positions, heads and files follow the public capture
     protocol, so the result is comparable with published captures.  Then `qkwh ingest OUT`
     (or pass --ingest).

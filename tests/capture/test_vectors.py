@@ -148,3 +148,23 @@ def test_sliding_window_layer_recorded_with_its_window(tiny_models, docs, tmp_pa
     check_against_recompute(tiny_models["sliding"], docs, out)
     meta = json.loads((out / "_saver_state.json").read_text())["model_metadata"]
     assert meta["head_sampling_sliding_candidates_excluded"] == 0 and meta["model_sliding_window"] == 16
+
+
+@pytest.mark.parametrize("kind", ["llama", "sliding"])
+def test_hooked_forward_computes_the_same_logits(kind, tiny_models):
+    """The hook only looks: with it, attention (masks and sliding windows included) is unchanged."""
+    from qkwh.capture.model import HOOK_NAME, attention_hook
+
+    lm = AutoModelForCausalLM.from_pretrained(tiny_models[kind], dtype=torch.float32).eval()
+    ids = torch.arange(3, 3 + 90).remainder(lm.config.vocab_size)[None]
+    calls = []
+    with torch.no_grad():
+        ref = lm(input_ids=ids).logits
+        with attention_hook(lm, lambda layer, q, k, window: calls.append((layer, tuple(q.shape), tuple(k.shape), window))):
+            assert lm.config._attn_implementation == HOOK_NAME
+            hooked = lm(input_ids=ids, use_cache=False).logits
+    assert lm.config._attn_implementation != HOOK_NAME
+    torch.testing.assert_close(hooked, ref, rtol=0, atol=0)
+    n_q, n_kv = lm.config.num_attention_heads, lm.config.num_key_value_heads
+    want_window = {1: 16} if kind == "sliding" else {}
+    assert calls == [(i, (1, n_q, 90, 16), (1, n_kv, 90, 16), want_window.get(i)) for i in range(3)]
