@@ -194,5 +194,12 @@ def finalise(out: Path, parts: Iterable[PartInfo], *, head_dim: int,
     return files, dict(sorted(buckets.items()))
 
 
+def remove_stale_temporaries(out: Path) -> None:
+    """Delete temporary files a killed finalisation left beside the final files."""
+    for pattern in (".*.tmp-*", "l??h??[qk]/.*.tmp-*"):
+        for tmp in Path(out).glob(pattern):
+            tmp.unlink()
+
+
 def remove_work_dir(out: Path) -> None:
     shutil.rmtree(work_dir(out), ignore_errors=True)

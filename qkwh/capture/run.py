@@ -152,7 +152,7 @@ def _check_out(out: Path, settings: CaptureSettings) -> str:
                 raise InputError(f"{out}: holds a capture made with other settings ({', '.join(diff) or 'unknown'} "
                                  "differ); choose another --out or remove it")
             return state
-    if any(out.iterdir()):
+    if any(p for p in out.iterdir() if p != P.work_dir(out) or any(p.iterdir())):
         raise InputError(f"{out}: folder is not empty and holds no capture; choose another --out")
     return "new"
 
@@ -272,8 +272,10 @@ def capture(
     report = CaptureReport(out, "resumed" if done else "captured", model_name=info.name, n_resumed=len(done))
     import torch
 
+    seen: set[int] = set()
     with M.attention_hook(lm, collector), torch.inference_mode():
         for doc in source.documents(settings.examples):
+            seen.add(doc.index)
             text_hash = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
             if doc.index in done:
                 if done[doc.index].text_sha256 != text_hash:
@@ -302,6 +304,9 @@ def capture(
             report.total_tokens += n_tokens
             if on_example:
                 on_example(n_tokens)
+    if set(done) - seen:
+        raise InputError(f"{source.spec}: has fewer documents than when the capture was interrupted; "
+                         f"remove {out} to start over")
     report.n_examples = len(done)
     report.skipped_sliding_layers = sorted(collector.skipped_sliding | _sliding_excluded(pl, settings))
     say("writing the sniffer files")
@@ -315,6 +320,7 @@ def _sliding_excluded(pl: Plan, settings: CaptureSettings) -> set[int]:
 
 def _finish(out: Path, settings: CaptureSettings, record: dict, pl: Plan, info: Any, source: TextSource,
             done: dict[int, P.PartInfo], report: CaptureReport) -> None:
+    P.remove_stale_temporaries(out)
     files, buckets = P.finalise(out, done.values(), head_dim=info.head_dim)
     metadata: dict[str, Any] = {
         "attention_scope": "all_attention" if settings.include_sliding else "full_only",

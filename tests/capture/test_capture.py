@@ -297,3 +297,67 @@ def test_output_folder_guards(tiny_models, docs, llama_capture, tmp_path):
     r = runner.invoke(app, cli_args(tiny_models["llama"], docs, llama_capture) + ["--base-rate", "2"])
     assert r.exit_code == 2 and "other settings (base_rate differ)" in " ".join(r.stderr.split())
     assert tree_bytes(llama_capture) == before
+
+
+def test_killed_capture_resumes_to_the_same_bytes(tiny_models, tmp_path):
+    """kill -9 while the capture waits for its third document (a FIFO nobody writes yet): two part
+    files are kept, no final file exists, and the same command then finishes the capture with
+    exactly the bytes of an uninterrupted run."""
+    import signal
+    import time
+
+    texts = {f"d{i}.txt": " ".join(["rotary position"] * (10 + 3 * i)) for i in range(3)}
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    ref_dir.mkdir()
+    run_dir.mkdir()
+    for name, text in texts.items():
+        (ref_dir / name).write_text(text)
+        if name != "d2.txt":
+            (run_dir / name).write_text(text)
+    os.mkfifo(run_dir / "d2.txt")
+    common = ["--max-length", "128", "--bucket-size", "16", "--base-rate", "4", "--heads", "3"]
+    ref = tmp_path / "cap-ref"
+    r = runner.invoke(app, ["capture", str(tiny_models["llama"]), "--out", str(ref), *common,
+                            *[x for n in texts for x in ("--texts", str(ref_dir / n))]])
+    assert r.exit_code == 0, r.output + r.stderr
+
+    out = tmp_path / "cap"
+    args = [sys.executable, "-m", "qkwh.cli", "capture", str(tiny_models["llama"]), "--out", str(out), *common,
+            *[x for n in texts for x in ("--texts", str(run_dir / n))]]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while len(list((out / parts.WORK_DIR).glob("part-*.parquet"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "capture ended before it was killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert sorted(p.name for p in (out / parts.WORK_DIR).glob("*")) == \
+        ["part-000000.parquet", "part-000001.parquet", "settings.json"]
+    assert not list(out.glob("l??h??[qk]"))  # nothing final yet
+    (run_dir / "d2.txt").unlink()
+    (run_dir / "d2.txt").write_text(texts["d2.txt"])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 done before the interruption" in r.stdout
+    got, want = tree_bytes(out), tree_bytes(ref)
+    assert sorted(got) == sorted(want)
+    for name in want:  # the settings record the text paths, which differ between the two runs
+        if name != "_capture_settings.json":
+            assert got[name] == want[name], name
+
+
+def test_bfloat16_capture_is_float32_rounded(tiny_models, docs, llama_capture, tmp_path):
+    out = tmp_path / "bf16"
+    capture(settings(tiny_models["llama"], docs, dtype="bfloat16"), out)
+    assert read_metadata(out).metadata["model_dtype"] == "bfloat16"
+    for f in scan(llama_capture).files:
+        ref, got = read_file(f.path), read_file(out / f.config_name / "data.parquet")
+        np.testing.assert_array_equal(got.position, ref.position)  # masks do not depend on the dtype
+        assert not (got.vectors.view(np.uint32) & 0xFFFF).any()  # bfloat16 values, widened to float32
+        scale = np.abs(ref.vectors).max()
+        np.testing.assert_allclose(got.vectors, ref.vectors, atol=0.08 * scale)
+        assert not np.array_equal(got.vectors, ref.vectors)
