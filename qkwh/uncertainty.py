@@ -31,26 +31,28 @@ def stream(seed: int, key: str) -> np.random.Generator:
 def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int = 3) -> np.ndarray:
     """Pearson r of x and y under each row of weights ``w``.
 
-    x, y: (n,) float64 without NaN; w: (R, n) non-negative weights (integer multiplicities in a
-    bootstrap, all ones for the plain r).  Returns (R,) float64: NaN where fewer than ``min_n``
-    points have positive weight or a side has zero weighted variance.
+    x, y: (n,) float64 without NaN, or (R, n) for one sample per row; w: (R, n) non-negative
+    weights (integer multiplicities in a bootstrap, all ones for the plain r).  Returns (R,)
+    float64: NaN where fewer than ``min_n`` points have positive weight or a side has zero
+    weighted variance.
     """
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
     w = np.atleast_2d(np.asarray(w, np.float64))
+    x = np.broadcast_to(np.asarray(x, np.float64), w.shape)
+    y = np.broadcast_to(np.asarray(y, np.float64), w.shape)
     sw = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mx = (w @ x) / sw
-        my = (w @ y) / sw
-        sxx = (w @ (x * x)) - sw * mx * mx
-        syy = (w @ (y * y)) - sw * my * my
-        sxy = (w @ (x * y)) - sw * mx * my
+        mx = (w * x).sum(axis=1) / sw
+        my = (w * y).sum(axis=1) / sw
+        dx = x - mx[:, None]
+        dy = y - my[:, None]
+        sxx = (w * dx * dx).sum(axis=1)
+        syy = (w * dy * dy).sum(axis=1)
+        sxy = (w * dx * dy).sum(axis=1)
         r = sxy / np.sqrt(sxx * syy)
-    # relative round-off in the sums: treat near-zero variance as zero
-    tiny = 1e-12
-    scale_x = (w @ (x * x)) + tiny
-    scale_y = (w @ (y * y)) + tiny
-    bad = ((w > 0).sum(axis=1) < min_n) | (sxx <= tiny * scale_x) | (syy <= tiny * scale_y)
+        # a side whose spread is round-off of its mean counts as constant
+        tiny_x = 1e-24 * (w * x * x).sum(axis=1)
+        tiny_y = 1e-24 * (w * y * y).sum(axis=1)
+    bad = ((w > 0).sum(axis=1) < min_n) | ~(sxx > tiny_x) | ~(syy > tiny_y)
     r = np.clip(r, -1.0, 1.0)
     r[bad] = np.nan
     return r
@@ -138,13 +140,14 @@ def two_stage_bootstrap_r(replicates: np.ndarray, y: np.ndarray, n_boot: int,
     """
     reps = np.asarray(replicates, np.float64)
     n, R = reps.shape
-    out = np.full(n_boot, np.nan)
-    if n == 0 or R == 0:
-        return out
+    if n == 0 or R == 0 or n_boot == 0:
+        return np.full(n_boot, np.nan)
     pick = rng.integers(0, n, size=(n_boot, n))
     which = rng.integers(0, R, size=(n_boot, n))
     xs = reps[pick, which]
     ys = np.asarray(y, np.float64)[pick]
-    for b in range(n_boot):
-        out[b] = weighted_pearson(xs[b], ys[b], np.ones((1, n)), min_n=min_n)[0]
+    # a draw that repeats fewer than min_n distinct models is degenerate
+    distinct = np.array([len(np.unique(row)) for row in pick])
+    out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n)
+    out[distinct < min_n] = np.nan
     return out

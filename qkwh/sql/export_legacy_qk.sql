@@ -24,8 +24,8 @@ SELECT
     h.taxonomy,
     c.config_id
 FROM pca_components AS c
-JOIN current_config AS cc ON cc.model_id = c.model_id AND cc.analysis = 'pca'
-                         AND cc.config_id = c.config_id
 LEFT JOIN head_taxonomy AS h USING (model_id, layer, q_head)
-WHERE $1 IS NULL OR c.model_id = $1
+WHERE ($1 IS NULL OR c.model_id = $1)
+  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = c.model_id
+              AND cc.analysis = 'pca' AND cc.config_id = c.config_id)
 ORDER BY c.model_id, c.layer, c.q_head, c.pc
