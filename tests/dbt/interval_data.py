@@ -19,7 +19,7 @@ import numpy as np
 import synthetic_marts as sm
 
 CI_VARS = {"n_boot": 200}  # dbt vars of the CI warehouse build
-SIM_MODELS, SIM_LAYERS, SIM_HEADS_PER_LAYER, SIM_BOOT = 200, 40, 4, 400
+SIM_MODELS, SIM_LAYERS, SIM_HEADS_PER_LAYER, SIM_BOOT = 400, 80, 3, 400
 SIM_TAU = 0.02  # sd of the layer effect in bias_strength
 SIM_SIGMA = 0.01  # sd of the head noise
 SIM_SEP_SIGMA = 0.05  # head noise of separation_strength (no layer effect)

@@ -1,7 +1,7 @@
 """The interval marts: model_metric_ci, model_comparisons, family_correlations and
 benchmark_correlations, built by the real dbt project.
 
-* a simulation with a known truth: 95 % layer-cluster intervals cover it in 90-99 % of 200
+* a simulation with a known truth: 95 % layer-cluster intervals cover it in 90-99 % of 400
   simulated models, and are wider than a naive per-head interval when heads of a layer move
   together (and not when they do not);
 * the SQL replicate aggregation against an independent numpy recomputation from the draws;
@@ -60,10 +60,10 @@ def test_layer_cluster_intervals_cover_the_truth_and_widen_with_layer_correlatio
         coverage = covered / len(truth)
         assert 0.90 <= coverage <= 0.99, (metric, coverage)
         if metric == "bias_strength":
-            # layer effect sd 0.02 against head noise 0.01: the honest interval is ~1.8x wider
-            assert np.median(ratios) > 1.5, np.median(ratios)
+            # layer effect sd 0.02 against head noise 0.01 (3 heads a layer): ~1.6x wider
+            assert np.median(ratios) > 1.4, np.median(ratios)
         else:
-            # no layer effect: clustering costs little (bootstrap of 40 layers ~ naive)
+            # no layer effect: clustering costs little (bootstrap of the layers ~ naive)
             assert 0.8 < np.median(ratios) < 1.2, np.median(ratios)
 
 
