@@ -82,6 +82,16 @@ def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path,
                         "names": [hub.revision]}
 
 
+def _remote_branch(source: str):
+    from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.remote import open_branch
+
+    hub = parse_hub_source(source)
+    if hub is None:
+        raise InputError(f"{source}: --remote reads a Hub branch in place; give hf://datasets/OWNER/NAME@BRANCH")
+    return open_branch(hub)
+
+
 def resolve_facts(
     *,
     model_id: str | None,
@@ -205,19 +215,41 @@ def ingest(
     cache_dir: Path | None = None,
     registry: dict[str, ModelEntry] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    remote: bool = False,
 ) -> IngestReport:
-    """Validate ``source`` and (re)place its model's catalog in the warehouse."""
+    """Validate ``source`` and (re)place its model's catalog in the warehouse.
+
+    ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
+    ``hf://`` URIs stored) instead of downloading it.
+    """
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
-    root, origin = resolve_source(source, cache_dir=cache_dir)
-    layout: Layout = scan(root)
-    meta = read_metadata(layout.root)
+    if remote:
+        branch = _remote_branch(source)
+        layout: Layout = branch.layout()
+        meta = branch.metadata()
+        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()
+        origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
+                  "revision": branch.source.revision, "names": [branch.source.revision],
+                  "root": branch.commit_uri}
+    else:
+        root, origin = resolve_source(source, cache_dir=cache_dir)
+        layout = scan(root)
+        meta = read_metadata(layout.root)
+        read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
+        if remote:  # the vectors view reads the new hf:// files
+            from qkwh.sniffed.remote import register
+
+            register(con)
         say(f"reading {len(layout.files)} files under {layout.root}")
-        stats = scan_files(layout)
+        stats = read_all(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source)
+        if remote:
+            findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
+                                    "columns only; NaN values in the vectors are not checked at ingest"))
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
@@ -282,7 +314,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     }
     model_row = {**asdict(facts)}
     model_row.update(
-        source=source, source_kind=origin["source_kind"], root_path=str(layout.root),
+        source=source, source_kind=origin["source_kind"], root_path=origin.get("root") or str(layout.root),
         repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
         n_files=len(stats), n_rows=report.n_rows,
         metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,
