@@ -163,20 +163,28 @@ def compute(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML (default: configs/run.yaml).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
+    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (spec §2) for every head with a q and a k file.
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
-    parameter is recorded in run_config.
+    parameter is recorded in run_config.  The executor never changes the results.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from qkwh.compute.runner import compute as run
-    from qkwh.config import load_run_config
+    from qkwh.config import load_execution, load_run_config
 
     cfg = load_run_config(config, param)
+    execution = load_execution(config)
+    kind = executor or execution["executor"] or "pool"
+    if kind not in ("pool", "ray"):
+        from qkwh.errors import InputError
+
+        raise InputError(f"--executor must be pool or ray, not {kind!r}")
     names = tuple(_split([analyses]) or [])
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
@@ -194,6 +202,7 @@ def compute(
                 progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
 
         report = run(warehouse, models=_split(model), analyses=names, config=cfg, workers=workers,
+                     executor=kind, ray_address=ray_address or execution["ray_address"],
                      force=force, on_start=on_start, on_head=on_head)
     out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
               f"({', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
