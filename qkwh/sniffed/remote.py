@@ -35,10 +35,11 @@ from qkwh.sniffed.reader import read_file
 from qkwh.sniffed.validate import FileStats, stats_of
 
 SCHEME = "hf://"
-#: minimum bytes per ranged read of a compute worker (it reads whole column chunks anyway)
+#: minimum bytes per ranged read: a compute worker reads whole column chunks anyway; ingest
+#: reads a footer and the integer columns; DuckDB (which names no size) mostly footers
 BLOCK_SIZE = 1 << 20
-#: ... and of ingest, which reads footers and the integer columns only
-FOOTER_BLOCK = 1 << 13
+INGEST_BLOCK = 1 << 13
+DUCKDB_BLOCK = 1 << 16
 _METADATA_FILES = ("README.md", "_saver_state.json")
 
 
@@ -54,8 +55,10 @@ def branch_uri(source: HubSource, revision: str | None = None) -> str:
 def _new_filesystem():
     from huggingface_hub import HfFileSystem
 
-    # an instance of our own: fsspec's shared instances are per thread and keep listings forever
-    return HfFileSystem(endpoint=endpoint(), skip_instance_cache=True)
+    # an instance of our own: fsspec's shared instances are per thread and keep listings forever.
+    # Small default blocks for readers that name none (DuckDB): a footer then costs a small
+    # ranged read, not the first 5 MiB of the file.
+    return HfFileSystem(endpoint=endpoint(), block_size=DUCKDB_BLOCK, skip_instance_cache=True)
 
 
 @functools.lru_cache(maxsize=4)
@@ -79,6 +82,9 @@ def open_file(uri: str, *, size: int | None = None, fs=None, cache_type: str = "
     a local one; a Hub that cannot be reached is a :class:`HubError`; both name ``uri``."""
     fs = fs or filesystem()
     try:
+        if size is None:  # ask the Hub now: a listing cached in this process may be stale
+            fs.invalidate_cache(uri)
+            size = fs.info(uri)["size"]
         return fs.open(uri, "rb", block_size=block_size, size=size, cache_type=cache_type)
     except FileNotFoundError:
         raise InputError(f"{uri}: no such file") from None
@@ -93,6 +99,7 @@ def register(con) -> None:
     fsspec file system takes precedence for its protocol.
     """
     fs = filesystem()
+    fs.invalidate_cache()  # file sizes listed for an earlier connection may be stale
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol not in con.list_filesystems():
         con.register_filesystem(fs)
@@ -143,10 +150,15 @@ class RemoteBranch:
     def file_stats(self, f: SniffedFile) -> FileStats:
         """Statistics of one file from its footer and integer columns (the vectors are not read)."""
         info = self.infos[f.path]
-        # small blocks: a few ranged reads of the footer and the integer columns, not the vectors
-        with open_file(f.path, size=info["size"], fs=self.fs, cache_type="readahead", block_size=FOOTER_BLOCK) as fh:
+        # two ranged reads: the footer (kept by the read-ahead cache for read_file's own look at
+        # it), then the integer columns; never the vectors
+        with open_file(f.path, size=info["size"], fs=self.fs, block_size=INGEST_BLOCK) as fh:
+            try:
+                meta = pq.ParquetFile(fh).metadata
+            except Exception:  # noqa: BLE001 - unreadable: read_file says why, as for a local file
+                meta = None
             data = read_file(f.path, content=fh, with_vectors=False)  # the same checks as a local file
-            d = footer_vector_length(f.path, pq.ParquetFile(fh).metadata)
+            d = footer_vector_length(f.path, meta)
         return stats_of(f, data, size=int(info["size"]), fingerprint=remote_fingerprint(info), n_nonfinite=0, d=d)
 
     def scan_files(self, *, workers: int = 8) -> list[FileStats]:

@@ -82,6 +82,27 @@ def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, 
     assert len(cluster.list_all_nodes()) == 2
 
 
+def test_ray_workers_stream_a_remote_branch_from_the_hub(cluster, model, pool_results, tmp_path, monkeypatch):
+    """A branch cataloged with --remote, computed on the cluster: workers fetch their own files
+    (HF_ENDPOINT reaches them through the task's runtime env) and write the pool's tables."""
+    from tests.sniffed.hub_server import HubStandIn
+
+    served = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    db = tmp_path / "remote.duckdb"
+    with HubStandIn("owner/corpus", {"syn": served}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        r = runner.invoke(app, ["ingest", "hf://datasets/owner/corpus@syn", "--remote", "--model-id", "syn",
+                                "-w", str(db)])
+        assert r.exit_code == 0, r.output + r.stderr
+        hub.clear_log()
+        report = compute(db, executor="ray", ray_address=cluster.address)
+        fetched = {q.filename for q in hub.requests if q.method == "GET" and q.filename}
+    assert report.failures == [] and report.n_written == N_HEADS
+    assert fetched == {k for k in served if k.endswith(".parquet")}
+    assert results(db) == pool_results
+
+
 def test_executor_choice_is_not_an_analysis_parameter(tmp_path):
     yaml_file = tmp_path / "run.yaml"
     yaml_file.write_text("executor: ray\nray_address: auto\nseed: 0\n")
