@@ -207,7 +207,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
     analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
-    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: CPU count; 1 = in-process).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML (default: configs/run.yaml).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,

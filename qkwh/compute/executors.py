@@ -105,14 +105,18 @@ class RayExecutor:
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:
+            where = address or os.environ.get("RAY_ADDRESS")
+            # Ray Client (ray://) takes fewer options; a new local Ray needs no dashboard
+            options = {} if (where or "").startswith("ray://") else {"log_to_driver": False, "configure_logging": False}
+            if not where:
+                options["include_dashboard"] = False
             try:
-                ray.init(address=address, log_to_driver=False, include_dashboard=False,
-                         configure_logging=False)
+                ray.init(address=address, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 from qkwh.errors import QkwhError
 
-                where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
-                raise QkwhError(f"cannot start or join Ray at {where}: {str(exc).splitlines()[0]}") from None
+                raise QkwhError(f"cannot start or join Ray at {where or 'a new local cluster'}: "
+                                f"{str(exc).splitlines()[0]}") from None
         env = {var: "1" for var in _BLAS_VARS}
         for var in ("HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET"):
             if os.environ.get(var):
