@@ -40,18 +40,6 @@ def synth(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "5")
-    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "10")
-    for name in ("HF_HUB_OFFLINE", "HF_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
-
-
 def _serve(monkeypatch, branches: dict[str, dict[str, bytes]], **kwargs) -> HubStandIn:
     hub = HubStandIn(REPO, branches, **kwargs).start()
     monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
@@ -72,9 +60,9 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, env, monkeypatch):
+def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, hf_env, monkeypatch):
     served = _files(synth)
-    remote_db, local_db = env / "remote.duckdb", env / "downloaded.duckdb"
+    remote_db, local_db = hf_env / "remote.duckdb", hf_env / "downloaded.duckdb"
     hub = _serve(monkeypatch, {BRANCH: served}, page_size=7)  # the listing takes several pages
     try:
         r = _ok(["ingest", SOURCE, "--remote", "--model-id", "syn", "-w", str(remote_db)])
@@ -120,7 +108,7 @@ def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, 
         hub.stop()
 
 
-def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(synth, env, monkeypatch):
+def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(synth, hf_env, monkeypatch):
     from qkwh.sniffed.hub import parse_hub_source
     from qkwh.sniffed.remote import open_branch
     from qkwh.sniffed.validate import scan_files
@@ -158,13 +146,13 @@ def _error_line(r) -> str:
     return lines[-1]
 
 
-def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(synth, env, monkeypatch):
+def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(synth, hf_env, monkeypatch):
     victim = "l01h02q/data.parquet"
-    local = env / "syn"
+    local = hf_env / "syn"
     shutil.copytree(synth, local)
     data = (local / victim).read_bytes()
     (local / victim).write_bytes(data[: len(data) // 2])
-    db = env / "wh.duckdb"
+    db = hf_env / "wh.duckdb"
     _ok(["ingest", str(synth), "--model-id", "syn", "-w", str(db)])
     before = snapshot(db)
     r_local = runner.invoke(app, ["ingest", str(local), "--model-id", "syn", "-w", str(db)])
@@ -181,11 +169,11 @@ def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(synth, 
     assert snapshot(db) == before
 
 
-def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(synth, env, monkeypatch):
+def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(synth, hf_env, monkeypatch):
     victim = "l01h03q/data.parquet"
-    local = env / "syn"
+    local = hf_env / "syn"
     shutil.copytree(synth, local)
-    local_db, remote_db = env / "local.duckdb", env / "remote.duckdb"
+    local_db, remote_db = hf_env / "local.duckdb", hf_env / "remote.duckdb"
     _ok(["ingest", str(local), "--model-id", "syn", "-w", str(local_db)])
     hub = _serve(monkeypatch, {BRANCH: _files(synth)})
     try:
@@ -213,14 +201,14 @@ def _registry_branch(tmp: Path, seed: int) -> dict[str, bytes]:
     return _files(root)
 
 
-def test_all_branches_in_one_command_skipping_unchanged_ones(env, monkeypatch):
+def test_all_branches_in_one_command_skipping_unchanged_ones(hf_env, monkeypatch):
     early, late = ("smollm3-3b-stage1-step-40000-longbench-pro-128k-plus",
                    "smollm3-3b-stage1-step-1200000-longbench-pro-128k-plus")
-    unknown = _files(Path(write_dataset(env / "unknown", n_layers=1, n_q_heads=2, n_kv_heads=1, d=16,
+    unknown = _files(Path(write_dataset(hf_env / "unknown", n_layers=1, n_q_heads=2, n_kv_heads=1, d=16,
                                         rows_per_file=100, seed=5)))
-    branches = {early: _registry_branch(env, 1), late: _registry_branch(env, 2),
+    branches = {early: _registry_branch(hf_env, 1), late: _registry_branch(hf_env, 2),
                 "feature/unknown-model": unknown, "readme-only": {"README.md": b"# notes\n"}}
-    db = env / "wh.duckdb"
+    db = hf_env / "wh.duckdb"
     hub = _serve(monkeypatch, branches)
     try:
         r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}", "--all-branches", "--remote", "-w", str(db)])
