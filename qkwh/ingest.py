@@ -286,11 +286,11 @@ def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tu
                 raise InputError(f"{source}: --all-branches needs a Hub dataset, hf://datasets/OWNER/NAME")
             out.append((source, None))
             continue
+        if all_branches and "@" in source:
+            raise InputError(f"{source}: --all-branches takes the repo without @BRANCH")
         if hub.repo_id not in refs:
             refs[hub.repo_id] = list_branches(hub)
         if all_branches:
-            if "@" in source:
-                raise InputError(f"{source}: --all-branches takes the repo without @BRANCH")
             out += [(branch_uri(replace(hub, revision=name)), commit)
                     for name, commit in refs[hub.repo_id].items()]
         else:

@@ -239,3 +239,17 @@ def test_all_branches_in_one_command_skipping_unchanged_ones(hf_env, monkeypatch
         assert "1 ingested, 1 skipped unchanged, 0 failed" in r.output
     finally:
         hub.stop()
+
+
+def test_bad_invocations_name_the_problem(synth, hf_env, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing may be asked of a Hub
+    db = hf_env / "wh.duckdb"
+    r = runner.invoke(app, ["ingest", str(synth), "--remote", "-w", str(db)])
+    assert r.exit_code == 2 and "--remote reads a Hub branch in place" in r.stderr
+    r = runner.invoke(app, ["ingest", str(synth), str(synth), "--model-id", "x", "-w", str(db)])
+    assert r.exit_code == 2 and "--model-id names one model" in r.stderr
+    r = runner.invoke(app, ["ingest", str(synth), "--all-branches", "-w", str(db)])
+    assert r.exit_code == 2 and "--all-branches needs a Hub dataset" in " ".join(r.stderr.split())
+    r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}@main", "--all-branches", "-w", str(db)])
+    assert r.exit_code == 2 and "--all-branches takes the repo without @BRANCH" in " ".join(r.stderr.split())
+    assert not db.exists()
