@@ -66,18 +66,17 @@ def git_blob_sha1(data: bytes) -> str:
 class ServedFile:
     path: str
     data: bytes
+    sha256: str = field(init=False)  # hashed once: listings are asked for again and again
+    etag: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        sha = hashlib.sha256(self.data).hexdigest()
+        object.__setattr__(self, "sha256", sha)
+        object.__setattr__(self, "etag", sha if self.is_lfs else git_blob_sha1(self.data))
 
     @property
     def is_lfs(self) -> bool:
         return self.path.endswith(LFS_SUFFIXES)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
-    def etag(self) -> str:
-        return self.sha256 if self.is_lfs else git_blob_sha1(self.data)
 
     def tree_entry(self) -> dict:
         if not self.is_lfs:
