@@ -131,7 +131,7 @@ def resolve_facts(
     ratio = n_q // n_kv
     d = stats[0].d
 
-    strategy = meta.get_str("sampling_strategy") or "uniform"
+    strategy = meta.sampling_strategy()
     if entry is not None and entry.bucket_size:
         bucket_size, bucket_rule = entry.bucket_size, "registry"
         meta_m = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")

@@ -31,6 +31,14 @@ class DatasetMetadata:
                 continue
         return None
 
+    def sampling_strategy(self) -> str:
+        """The capture sampler: ``uniform`` (the default), ``log_uniform`` or ``all``.
+
+        qk-sniffer's own log sampler records itself as ``log``; it is the same rule.
+        """
+        value = (self.get_str("sampling_strategy") or "uniform").strip().lower()
+        return {"log": "log_uniform", "loguniform": "log_uniform"}.get(value, value)
+
     def get_str(self, *keys: str) -> str | None:
         for key in keys:
             value = self.metadata.get(key)
