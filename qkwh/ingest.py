@@ -10,13 +10,13 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import duckdb
 
 from qkwh import store
-from qkwh.errors import InputError
+from qkwh.errors import InputError, QkwhError
 from qkwh.registry import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
@@ -81,6 +81,16 @@ def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path,
     root = download(hub, cache_dir=cache_dir)
     return Path(root), {"source_kind": "hub", "repo_id": hub.repo_id, "revision": hub.revision,
                         "names": [hub.revision]}
+
+
+def _remote_branch(source: str):
+    from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.remote import open_branch
+
+    hub = parse_hub_source(source)
+    if hub is None:
+        raise InputError(f"{source}: --remote reads a Hub branch in place; give hf://datasets/OWNER/NAME@BRANCH")
+    return open_branch(hub)
 
 
 def resolve_facts(
@@ -218,24 +228,44 @@ def ingest(
     cache_dir: Path | None = None,
     registry: dict[str, ModelEntry] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    remote: bool = False,
     family: str | None = None,
     label: str | None = None,
 ) -> IngestReport:
     """Validate ``source`` and (re)place its model's catalog in the warehouse.
 
-    ``family`` / ``label`` set the model's family and display name (they win over the registry).
+    ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
+    ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
+    family and display name (they win over the registry).
     """
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
-    root, origin = resolve_source(source, cache_dir=cache_dir)
-    layout: Layout = scan(root)
-    meta = read_metadata(layout.root)
+    if remote:
+        branch = _remote_branch(source)
+        layout: Layout = branch.layout()
+        meta = branch.metadata()
+        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()
+        origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
+                  "revision": branch.source.revision, "names": [branch.source.revision],
+                  "root": branch.commit_uri}
+    else:
+        root, origin = resolve_source(source, cache_dir=cache_dir)
+        layout = scan(root)
+        meta = read_metadata(layout.root)
+        read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
+        if remote:  # the vectors view reads the new hf:// files
+            from qkwh.sniffed.remote import register
+
+            register(con)
         say(f"reading {len(layout.files)} files under {layout.root}")
-        stats = scan_files(layout)
+        stats = read_all(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source, family=family, label=label)
+        if remote:
+            findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
+                                    "columns only; NaN values in the vectors are not checked at ingest"))
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
@@ -245,6 +275,102 @@ def ingest(
                       facts=facts, findings=findings, fingerprint=fp)
     finally:
         con.close()
+
+
+@dataclass
+class BranchOutcome:
+    """What happened to one source of :func:`ingest_many`."""
+
+    source: str
+    report: IngestReport | None = None  # None when skipped or failed
+    error: QkwhError | None = None
+    skipped: bool = False  # its Hub commit is the one already cataloged
+
+
+def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tuple[str, str | None]]:
+    """(source, its branch's current commit or None) for every source; ``all_branches`` turns each
+    ``hf://datasets/OWNER/NAME`` into all its branches (one Hub call per repo, branches by name)."""
+    from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.remote import branch_uri, list_branches
+
+    out: list[tuple[str, str | None]] = []
+    refs: dict[str, dict[str, str]] = {}
+    for source in sources:
+        hub = parse_hub_source(source)
+        if hub is None:
+            if all_branches:
+                raise InputError(f"{source}: --all-branches needs a Hub dataset, hf://datasets/OWNER/NAME")
+            out.append((source, None))
+            continue
+        if all_branches and "@" in source:
+            raise InputError(f"{source}: --all-branches takes the repo without @BRANCH")
+        if hub.repo_id not in refs:
+            refs[hub.repo_id] = list_branches(hub)
+        if all_branches:
+            out += [(branch_uri(replace(hub, revision=name)), commit)
+                    for name, commit in refs[hub.repo_id].items()]
+        else:
+            out.append((source, refs[hub.repo_id].get(hub.revision)))
+    return out
+
+
+def _cataloged_commit(con: duckdb.DuckDBPyConnection, source: str, *, remote: bool) -> str | None:
+    """The Hub commit a branch was cataloged at, as the same kind of source (else None)."""
+    from qkwh.sniffed.hub import parse_hub_source
+
+    hub = parse_hub_source(source)
+    row = con.execute("SELECT root_path FROM models WHERE repo_id = ? AND revision = ? AND source_kind = ?",
+                      [hub.repo_id, hub.revision, "hub_remote" if remote else "hub"]).fetchone()
+    if row is None:
+        return None
+    # remote: hf://datasets/OWNER/NAME@COMMIT; downloaded: .../snapshots/COMMIT
+    return row[0].rsplit("@", 1)[-1] if remote else Path(row[0]).name
+
+
+def ingest_many(
+    sources: list[str],
+    *,
+    all_branches: bool = False,
+    remote: bool = False,
+    warehouse: str | Path | None = None,
+    cache_dir: Path | None = None,
+    registry: dict[str, ModelEntry] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_source: Callable[[str], None] | None = None,
+    on_done: Callable[[BranchOutcome], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[BranchOutcome]:
+    """Ingest several sources (or every branch of Hub datasets), each in its own transaction.
+
+    A Hub branch whose commit is the one already cataloged (by the same kind of ingest) is
+    skipped without reading it; a source that fails is reported and the others go on.  The model
+    id of each branch comes from the registry (``--model-id`` names one model, so it is not taken).
+    """
+    registry = registry if registry is not None else load_registry()
+    todo = expand_sources(sources, all_branches=all_branches)
+    if on_start:
+        on_start(len(todo))
+    outcomes: list[BranchOutcome] = []
+    for source, commit in todo:
+        if on_source:
+            on_source(source)
+        outcome = BranchOutcome(source)
+        try:
+            if commit is not None:
+                con = store.connect(warehouse)
+                try:
+                    outcome.skipped = _cataloged_commit(con, source, remote=remote) == commit
+                finally:
+                    con.close()
+            if not outcome.skipped:
+                outcome.report = ingest(source, warehouse=warehouse, cache_dir=cache_dir, registry=registry,
+                                        on_progress=on_progress, remote=remote)
+        except QkwhError as exc:
+            outcome.error = exc
+        outcomes.append(outcome)
+        if on_done:
+            on_done(outcome)
+    return outcomes
 
 
 def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Finding]:
@@ -300,7 +426,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     }
     model_row = {**asdict(facts)}
     model_row.update(
-        source=source, source_kind=origin["source_kind"], root_path=str(layout.root),
+        source=source, source_kind=origin["source_kind"], root_path=origin.get("root") or str(layout.root),
         repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
         n_files=len(stats), n_rows=report.n_rows,
         metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,

@@ -9,8 +9,8 @@
 CREATE TABLE IF NOT EXISTS models (
     model_id              VARCHAR PRIMARY KEY,   -- branch prefix, e.g. qwen3-4b, smollm2-135m
     source                VARCHAR NOT NULL,      -- what the user passed to `qkwh ingest`
-    source_kind           VARCHAR NOT NULL,      -- 'local' | 'hub'
-    root_path             VARCHAR NOT NULL,      -- absolute folder holding l??h??[qk]/data.parquet
+    source_kind           VARCHAR NOT NULL,      -- 'local' | 'hub' (downloaded) | 'hub_remote' (read in place)
+    root_path             VARCHAR NOT NULL,      -- absolute folder holding l??h??[qk]/data.parquet (hf://...@COMMIT when read in place)
     repo_id               VARCHAR,               -- Hub dataset repo (hub sources)
     revision              VARCHAR,               -- Hub branch (hub sources)
     source_fingerprint    VARCHAR NOT NULL,      -- hash over every file fingerprint of the source
