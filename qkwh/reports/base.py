@@ -6,12 +6,20 @@ and returns an Altair chart, or raises :class:`NoData` with a one-line reason; `
 that into a note in the report instead of a broken chart.  Per-model figures (collages,
 heatmaps, head profiles) have ``per_model=True`` and are built once per selected model.
 
+Figure modules read marts only, through :meth:`Marts.rows` (which refuses any other relation);
+the collages' raw vectors and stored axes go through the one reader, :mod:`qkwh.reports.vectors`.
+
+Cross-model figures tell models apart: :func:`model_look` gives every model its own colour (a
+shade of its family's colour, so families stay recognisable) with the model's display label in
+the legend, and a family shape for point marks.
+
 Data reach the charts as inline records (lists of dicts, NaN -> null): the report needs no
 pandas and the HTML stays self-contained.
 """
 
 from __future__ import annotations
 
+import colorsys
 import math
 import re
 from dataclasses import dataclass
@@ -49,6 +57,16 @@ class FigureDef:
     per_model: bool = False
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """What a ``build`` may return instead of a bare chart: the chart plus a caption sentence
+    that depends on the data (e.g. which interval the error bars show, read from the mart).
+    The renderer appends ``caption`` to the figure's static caption."""
+
+    chart: Any
+    caption: str = ""
+
+
 def slug(text: str) -> str:
     """A file-name-safe id fragment: lower case, [a-z0-9.-] only."""
     s = re.sub(r"[^a-z0-9.]+", "-", str(text).lower()).strip("-")
@@ -59,6 +77,26 @@ def slug(text: str) -> str:
 # reading marts
 # ------------------------------------------------------------------------------------------
 
+#: The relations a figure module may read (the dbt marts; tests/reports checks this list
+#: against dbt_project/models/marts).  Everything else (per-head compute tables, the catalog,
+#: staging and intermediate models) is off limits; the collages' raw vectors and axes are read
+#: by qkwh.reports.vectors alone.
+MARTS: frozenset[str] = frozenset({
+    "head_metrics", "head_taxonomy", "head_rotation_pairs", "taxonomy_fractions", "model_summary",
+    "model_metric_ci", "model_comparisons", "plasticity_length_bins", "plasticity_heatmap_model",
+    "plasticity_buckets_gap", "component_weights_model", "bias_decomposition",
+    "training_trajectory", "layer_profile", "family_correlations", "benchmark_joins",
+    "benchmark_correlations", "published_comparison",
+})
+
+# The report's model order: families together, checkpoints in training order, then size and id.
+_MODEL_ORDER_SQL = """
+SELECT model_id FROM model_summary
+ORDER BY family NULLS LAST, trajectory_rank NULLS FIRST, params_b NULLS LAST, model_id
+"""
+
+_RELATIONS_SQL = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
+
 
 def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
@@ -66,12 +104,33 @@ def _clean(v: Any) -> Any:
     return v
 
 
-class Marts:
-    """Read-only access to the marts (and the few stored tables collages need) of one warehouse,
-    restricted to the selected models.
+def relations(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """Names of the tables and views in the warehouse's main schema."""
+    return {r[0] for r in con.execute(_RELATIONS_SQL).fetchall()}
 
-    ``models`` is the ordered model list (family, checkpoint order / size, id); every query that
-    has a ``model_id`` column is filtered to it.
+
+def ordered_models(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every model of ``model_summary`` in the report's order."""
+    return [r[0] for r in con.execute(_MODEL_ORDER_SQL).fetchall()]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """How a model is named in the figures: ``display`` is its label (``qkwh ingest --label``,
+    else the model id), made unique with the id when two models share a label."""
+
+    model_id: str
+    label: str
+    family: str
+    display: str
+
+
+class Marts:
+    """Read-only access to the marts of one warehouse, restricted to the selected models.
+
+    ``models`` is the ordered model list (family, checkpoint order / size, id); every query of a
+    relation with a ``model_id`` column is filtered to it.  ``con`` is for
+    :mod:`qkwh.reports.vectors` only (the collages' vectors and axes).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, models: Sequence[str], *,
@@ -79,42 +138,36 @@ class Marts:
         self.con = con
         self.models: list[str] = list(models)
         self.max_points = int(max_points)
-        rows = con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
-        ).fetchall()
-        self._relations = {r[0] for r in rows}
-        self._families: dict[str, str | None] | None = None
+        self._relations = relations(con)
+        self._info: dict[str, ModelInfo] | None = None
+        self._columns: dict[str, list[str]] = {}
 
     # -- relations ---------------------------------------------------------------------------
     def has(self, name: str) -> bool:
         return name in self._relations
 
-    def first_of(self, *names: str) -> str:
-        """The first relation of ``names`` that exists (marts preferred over fallbacks)."""
-        for n in names:
-            if self.has(n):
-                return n
-        raise NoData(f"the warehouse has no {' / '.join(names)} (run `qkwh build`)")
-
     def columns(self, name: str) -> list[str]:
-        rows = self.con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-            "AND table_name = ? ORDER BY ordinal_position", [name]).fetchall()
-        return [r[0] for r in rows]
+        if name not in self._columns:
+            rows = self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                "AND table_name = ? ORDER BY ordinal_position", [name]).fetchall()
+            self._columns[name] = [r[0] for r in rows]
+        return self._columns[name]
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        """Rows of ``sql`` as dicts (non-finite floats -> None)."""
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         rel = self.con.execute(sql, list(params))
         names = [d[0] for d in rel.description]
         return [{k: _clean(v) for k, v in zip(names, row)} for row in rel.fetchall()]
 
     def rows(self, name: str, where: str = "", params: Sequence[Any] = (),
              order: str = "") -> list[dict[str, Any]]:
-        """Every row of relation ``name`` for the selected models.
+        """Every row of mart ``name`` for the selected models (non-finite floats -> None).
 
-        ``where`` is an extra SQL condition written by the figure module (never user text);
-        values are bound through ``params``.
+        ``name`` must be one of :data:`MARTS`.  ``where`` is an extra SQL condition written by
+        the figure module (never user text); values are bound through ``params``.
         """
+        if name not in MARTS:
+            raise ValueError(f"report figures read marts only; {name!r} is not a mart")
         if not self.has(name):
             raise NoData(f"the warehouse has no `{name}` (run `qkwh build`)")
         cols = self.columns(name)
@@ -130,19 +183,45 @@ class Marts:
             sql += " WHERE " + " AND ".join(conds)
         if order:
             sql += f" ORDER BY {order}"
-        return self.query(sql, args)
+        return self._query(sql, args)
 
     # -- model facts -------------------------------------------------------------------------
-    def family_of(self, model_id: str) -> str | None:
-        if self._families is None:
-            self._families = {r["model_id"]: r["family"] for r in self.rows("model_summary")}
-        return self._families.get(model_id)
+    def info(self, model_id: str) -> ModelInfo:
+        """Label, family and display name of a model (from ``model_summary``)."""
+        if self._info is None:
+            rows = {r["model_id"]: r for r in self.rows("model_summary")}
+            labels = {m: (rows.get(m, {}).get("label") or m) for m in self.models}
+            seen: dict[str, int] = {}
+            for lab in labels.values():
+                seen[lab] = seen.get(lab, 0) + 1
+            self._info = {
+                m: ModelInfo(m, lab, rows.get(m, {}).get("family") or "unknown",
+                             lab if seen[lab] == 1 or lab == m else f"{lab} ({m})")
+                for m, lab in labels.items()}
+        return self._info.get(model_id) or ModelInfo(model_id, model_id, "unknown", model_id)
+
+    def display(self, model_id: str) -> str:
+        return self.info(model_id).display
+
+    def family_of(self, model_id: str) -> str:
+        return self.info(model_id).family
 
     def families(self) -> list[str]:
-        if self._families is None:
-            self.family_of("")
-        assert self._families is not None
-        return sorted({f or "unknown" for m, f in self._families.items() if m in self.models})
+        return sorted({self.family_of(m) for m in self.models})
+
+    def tag(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` (each with a model_id) with ``model`` (display label) and ``family`` set."""
+        out = []
+        for r in rows:
+            i = self.info(r["model_id"])
+            r["model"] = i.display
+            r["family"] = i.family
+            out.append(r)
+        return out
+
+    def context_length(self, model_id: str) -> int | None:
+        rows = self.rows("model_summary", "model_id = ?", [model_id])
+        return rows[0].get("context_length") if rows else None
 
 
 def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:
@@ -213,25 +292,84 @@ def family_scale(families: Sequence[str]) -> alt.Scale:
     return alt.Scale(domain=list(families), range=rng)
 
 
-def family_color(marts: Marts, *, title: str = "family") -> tuple[alt.Color, Any]:
-    """The family colour encoding and a legend-bound point selection that filters families.
+def _hex(rgb: tuple[float, float, float]) -> str:
+    return "#" + "".join(f"{round(255 * min(max(c, 0.0), 1.0)):02x}" for c in rgb)
 
-    Returns ``(color, selection)``; pair with :func:`family_opacity`.
+
+def shades(color: str, n: int) -> list[str]:
+    """``n`` shades of ``color`` from dark to light (the colour itself when n == 1)."""
+    if n <= 1:
+        return [color] * n
+    rgb = tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    h, l, s = colorsys.rgb_to_hls(*rgb)
+    lo, hi = max(0.18, l - 0.22), min(0.74, l + 0.2)
+    return [_hex(colorsys.hls_to_rgb(h, lo + (hi - lo) * i / (n - 1), s)) for i in range(n)]
+
+
+FAMILY_SHAPES = ["circle", "square", "triangle-up", "diamond", "cross", "triangle-down",
+                 "triangle-right", "triangle-left", "wedge", "stroke"]
+
+
+@dataclass(frozen=True)
+class ModelLook:
+    """Colour per model (shades of the family colour), shape per family, and a legend-bound
+    selection on the model: click a model in the legend to pick it (shift-click for several).
+
+    Records need ``model`` (the display label) and ``family`` (see :meth:`Marts.tag`).
     """
-    fams = marts.families()
-    sel = alt.selection_point(fields=["family"], bind="legend", name="family_pick")
-    color = alt.Color("family:N", scale=family_scale(fams), title=title,
-                      legend=alt.Legend(symbolOpacity=1))
-    return color, sel
+
+    models: tuple[str, ...]      # display labels, in report order
+    colors: tuple[str, ...]
+    families: tuple[str, ...]
+    selection: Any
+
+    def color(self, *, legend: bool = True, title: str = "model") -> alt.Color:
+        return alt.Color("model:N", title=title, sort=list(self.models),
+                         scale=alt.Scale(domain=list(self.models), range=list(self.colors)),
+                         legend=alt.Legend(symbolOpacity=1, symbolType="circle") if legend else None)
+
+    def shape(self, *, legend: bool = True) -> alt.Shape:
+        return alt.Shape("family:N", title="family",
+                         scale=alt.Scale(domain=list(self.families),
+                                         range=(FAMILY_SHAPES * 3)[:len(self.families)]),
+                         legend=alt.Legend() if legend else None)
+
+    def opacity(self, on: float = 0.9, off: float = 0.08) -> Any:
+        return alt.condition(self.selection, alt.value(on), alt.value(off))
 
 
-def family_opacity(sel: Any, on: float = 0.85, off: float = 0.06) -> Any:
-    return alt.condition(sel, alt.value(on), alt.value(off))
+def model_look(marts: Marts, model_ids: Iterable[str] | None = None) -> ModelLook:
+    """The look of a cross-model figure over ``model_ids`` (default: every selected model)."""
+    wanted = set(model_ids) if model_ids is not None else set(marts.models)
+    present = [m for m in marts.models if m in wanted]
+    by_family: dict[str, list[str]] = {}
+    for m in present:
+        fam = marts.family_of(m)
+        # models without a family are not one group: each gets a colour of its own
+        key = fam if fam != "unknown" else f"unknown:{m}"
+        by_family.setdefault(key, []).append(m)
+    extra = iter(_EXTRA_COLORS * 8)
+    colors: dict[str, str] = {}
+    for key, ids in by_family.items():
+        base = FAMILY_COLORS.get(key) or next(extra)
+        for m, c in zip(ids, shades(base, len(ids))):
+            colors[m] = c
+    fams = tuple(dict.fromkeys(marts.family_of(m) for m in present))
+    sel = alt.selection_point(fields=["model"], bind="legend", name="model_pick")
+    return ModelLook(tuple(marts.display(m) for m in present), tuple(colors[m] for m in present),
+                     fams, sel)
 
 
-def model_sort(marts: Marts) -> list[str]:
-    """The report's model order (for sorted axes)."""
-    return list(marts.models)
+def model_sort(marts: Marts, model_ids: Iterable[str] | None = None) -> list[str]:
+    """Display labels in the report's model order (for sorted axes), limited to ``model_ids``."""
+    wanted = set(model_ids) if model_ids is not None else set(marts.models)
+    return [marts.display(m) for m in marts.models if m in wanted]
+
+
+def model_tooltip(*extra: Any) -> list[Any]:
+    """Tooltip fields naming the model (display label, id, family) before ``extra``."""
+    return [alt.Tooltip("model:N", title="model"), alt.Tooltip("model_id:N", title="model id"),
+            alt.Tooltip("family:N", title="family"), *extra]
 
 
 def base_config(chart: Any) -> Any:
@@ -250,9 +388,11 @@ def base_config(chart: Any) -> Any:
 
 
 def head_tooltip(*extra: Any) -> list[Any]:
-    """Tooltip fields naming model, layer and head (label like L5H3) before ``extra``."""
+    """Tooltip fields naming model (label and id), layer and head (label like L5H3) before
+    ``extra``."""
     return [
-        alt.Tooltip("model_id:N", title="model"),
+        alt.Tooltip("model:N", title="model"),
+        alt.Tooltip("model_id:N", title="model id"),
         alt.Tooltip("head_label:N", title="head"),
         alt.Tooltip("layer:Q", title="layer"),
         alt.Tooltip("q_head:Q", title="query head"),

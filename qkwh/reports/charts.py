@@ -1,4 +1,5 @@
-"""Chart shapes used by more than one figure family (depth heatmaps, Q/K collages)."""
+"""Chart shapes used by more than one figure family (depth heatmaps, class shares with
+intervals, Q/K collages)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ from typing import Any, Sequence
 
 import altair as alt
 
-from qkwh.reports.base import Marts, NoData, model_sort, table_of
+from qkwh.reports.base import (
+    TAXONOMY_COLORS,
+    TAXONOMY_LABELS,
+    Marts,
+    NoData,
+    model_sort,
+    model_tooltip,
+    table_of,
+)
+from qkwh.reports.intervals import errorbar
 
 DEPTH_LABELS = [f"{k / 10:.1f}–{(k + 1) / 10:.1f}" for k in range(10)]
 
@@ -23,29 +33,30 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
     rows = [r for r in rows if r.get(value) is not None and r.get("depth_bin") is not None]
     if not rows:
         raise NoData(f"no head has both a depth and {value}")
-    data = [{"model_id": r["model_id"], "layer": r["layer"], "depth_bin": int(r["depth_bin"]),
-             "value": r[value]} for r in rows]
-    order = [m for m in model_sort(marts) if any(d["model_id"] == m for d in data)]
+    data = marts.tag([{"model_id": r["model_id"], "layer": r["layer"], "depth_bin": int(r["depth_bin"]),
+                       "value": r[value]} for r in rows])
+    order = model_sort(marts, {d["model_id"] for d in data})
     if diverging and not domain:  # symmetric around 0 so white means 0
         top = max(abs(d["value"]) for d in data) or 1.0
         domain = [-top, top]
     dom = list(domain) if domain else alt.Undefined
     scale = (alt.Scale(scheme=scheme, domainMid=0, domain=dom) if diverging
              else alt.Scale(scheme=scheme, domain=dom))
-    x = alt.X("model_id:N", sort=order, title="model",
+    x = alt.X("model:N", sort=order, title="model",
               axis=alt.Axis(labelAngle=-35, labelLimit=180))
     y = alt.Y("depth_bin:O", title="relative depth layer / (layers − 1)",
               scale=alt.Scale(domain=list(range(10))),
               axis=alt.Axis(labelExpr=f"{DEPTH_LABELS!r}[datum.value]"))
     base = alt.Chart(table_of(data)).transform_aggregate(
         mean_value="mean(value)", n_heads="count()", first_layer="min(layer)",
-        last_layer="max(layer)", groupby=["model_id", "depth_bin"],
+        last_layer="max(layer)", groupby=["model", "model_id", "depth_bin"],
     ).encode(x=x, y=y)
     cells = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
         color=alt.Color("mean_value:Q", scale=scale, title=legend_title,
                         legend=alt.Legend(gradientLength=180)),
         tooltip=[
-            alt.Tooltip("model_id:N", title="model"),
+            alt.Tooltip("model:N", title="model"),
+            alt.Tooltip("model_id:N", title="model id"),
             alt.Tooltip("depth_bin:O", title="depth bin (tenths)"),
             alt.Tooltip("first_layer:Q", title="first layer"),
             alt.Tooltip("last_layer:Q", title="last layer"),
@@ -54,7 +65,7 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
         ],
     )
     layers: list[Any] = [cells]
-    n_cells = len({(d["model_id"], d["depth_bin"]) for d in data})
+    n_cells = len({(d["model"], d["depth_bin"]) for d in data})
     if n_cells <= 160:
         # white text on the dark end of the scale, black elsewhere
         if diverging:
@@ -71,6 +82,36 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
     chart = alt.layer(*layers).properties(
         title=title, width=alt.Step(max(56, min(90, 600 // max(len(order), 1)))), height=alt.Step(26))
     return chart
+
+
+def class_shares(rows: list[dict[str, Any]], category: Any, *, width: Any, height: Any,
+                 vertical: bool = False, extra_tooltip: Sequence[Any] = ()) -> alt.FacetChart:
+    """Share of heads per taxonomy class as small multiples: one panel per class, a bar per
+    model (``category``: the model / checkpoint channel) and its interval as an error bar.
+
+    ``rows``: one per (model, class) with model_id, model, family, class (display name),
+    fraction, n_heads, n_total and the interval fields of :class:`Intervals`.
+    ``vertical`` puts the models on x and the share on y."""
+    classes = list(TAXONOMY_LABELS)
+    labels = [TAXONOMY_LABELS[t] for t in classes]
+    share = dict(field="fraction", type="quantitative", title="share of heads",
+                 axis=alt.Axis(format="%", values=[0, 0.5, 1]), scale=alt.Scale(domain=[0, 1]))
+    base = alt.Chart().encode(**({"x": category} if vertical else {"y": category}))
+    value = alt.Y(**share) if vertical else alt.X(**share)
+    bars = base.mark_bar(**({"width": {"band": 0.7}} if vertical else {"height": {"band": 0.7}})).encode(
+        **{"y" if vertical else "x": value},
+        color=alt.Color("class:N", scale=alt.Scale(domain=labels,
+                                                   range=[TAXONOMY_COLORS[t] for t in classes]),
+                        sort=labels, title="head class", legend=None),
+        tooltip=model_tooltip(*extra_tooltip, alt.Tooltip("class:N", title="class"),
+                              alt.Tooltip("n_heads:Q", title="heads"),
+                              alt.Tooltip("n_total:Q", title="of heads"),
+                              alt.Tooltip("fraction:Q", title="share", format=".1%"),
+                              alt.Tooltip("interval:N", title="interval")))
+    whisk = errorbar(base, value, color="#222", thickness=1.3)
+    return alt.layer(bars, whisk).properties(width=width, height=height).facet(
+        column=alt.Column("class:N", title=None, sort=labels, header=alt.Header(labelFontWeight="bold")),
+        data=table_of(rows), spacing=10)
 
 
 def qk_collage(records: list[dict[str, Any]], *, x: str, y: str, x_title: str, y_title: str,

@@ -1,27 +1,36 @@
-"""Attention-plasticity figures (seed 003/004, figures attention-plasticity/01–10; spec §2.3.8)."""
+"""Attention-plasticity figures (seed 003/004, figures attention-plasticity/01–10; spec §2.3.8),
+the forest plot of models by ap_drop and the Gaussian-vs-empirical comparison."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import altair as alt
 
 from qkwh.reports.base import (
-    table_of,
+    Drawn,
     FigureDef,
     Marts,
     NoData,
-    family_color,
-    family_opacity,
     finite,
-    token_axis,
+    head_tooltip,
+    model_look,
+    model_sort,
+    model_tooltip,
     require,
+    table_of,
+    token_axis,
 )
+from qkwh.reports.intervals import Intervals, along, errorbar, point_marks, pct
 
 SECTION = "Plasticity"
 
 AP_TITLE = "attention plasticity AP (0–1)"
 AP_MEANING = "AP → 1: the query's content decides which key wins; AP → 0: position decides"
+NO_EMPIRICAL = ("no empirical plasticity in the warehouse: run `qkwh compute -p "
+                "plasticity.empirical=true` and `qkwh build`")
+SCATTER_CAP = 6000  # buckets drawn in the Gaussian-vs-empirical scatter (seeded sample above)
 
 
 def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
@@ -57,9 +66,12 @@ def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
     masked = base.transform_filter("datum.masked").mark_rect(color="#e6e6e6")
     return alt.layer(masked, cells, data=table_of(rows)).properties(
         width=420, height=380, title=alt.Title(
-            f"{model_id}: plasticity by key spacing and distance to the query",
+            f"{marts.display(model_id)}: plasticity by key spacing and distance to the query",
             subtitle=f"cell = Σ sum_pp / Σ n over heads and query buckets; bins of {w:,} tokens; "
                      f"grey = fewer than n_min pairs (masked)"))
+
+
+DECILES = [f"decile_{k}" for k in range(10)]
 
 
 def _decile_rows(row: dict[str, Any], ctx: int | None) -> list[dict[str, Any]]:
@@ -75,79 +87,84 @@ def _decile_rows(row: dict[str, Any], ctx: int | None) -> list[dict[str, Any]]:
     return out
 
 
-def head_profiles(marts: Marts, model_id: str) -> alt.LayerChart:
+def head_profiles(marts: Marts, model_id: str) -> Drawn:
     heads = [r for r in marts.rows("head_metrics", "model_id = ?", [model_id]) if r["has_plasticity"]]
     model = marts.rows("model_summary", "model_id = ? AND n_heads_plasticity > 0", [model_id])
     if not heads:
         raise NoData(f"{model_id}: no head plasticity profiles")
+    ci = Intervals(marts, DECILES)
     ctx = heads[0].get("context_length")
+    name = marts.display(model_id)
     data = []
     for r in heads:
         for d in _decile_rows(r, ctx):
-            data.append({**d, "model_id": model_id, "head_label": r["head_label"], "layer": r["layer"],
-                         "q_head": r["q_head"], "k_head": r["k_head"], "series": "one head"})
+            data.append({**d, "model_id": model_id, "model": name, "head_label": r["head_label"],
+                         "layer": r["layer"], "q_head": r["q_head"], "k_head": r["k_head"],
+                         "series": "one head", "ci_low": None, "ci_high": None, "interval": None})
     for r in model:
         for d in _decile_rows(r, ctx):
-            data.append({**d, "model_id": model_id, "head_label": "model mean", "layer": None,
-                         "q_head": None, "k_head": None,
-                         "series": f"model mean ({r['n_heads_plasticity']} heads)"})
+            data.append({**d, "model_id": model_id, "model": name, "head_label": "model mean",
+                         "layer": None, "q_head": None, "k_head": None,
+                         "series": f"model mean ({r['n_heads_plasticity']} heads)",
+                         **ci.fields(model_id, f"decile_{d['decile']}")})
     xfield = "tokens:Q" if ctx else "rel:Q"
     xtitle = ("query position, decile centre (tokens)" if ctx
               else "query position, decile centre (share of context)")
     series = sorted({d["series"] for d in data}, key=lambda s: s != "one head")
+    x = alt.X(xfield, title=xtitle, axis=token_axis() if ctx else alt.Axis(format="%"),
+              scale=alt.Scale(domain=[0, ctx] if ctx else [0, 1], nice=False))
     base = alt.Chart().encode(
-        x=alt.X(xfield, title=xtitle, axis=token_axis() if ctx else alt.Axis(format="%"),
-                scale=alt.Scale(domain=[0, ctx] if ctx else [0, 1], nice=False)),
+        x=x,
         y=alt.Y("ap:Q", title=AP_TITLE, scale=alt.Scale(domain=[0, 1])),
         detail="head_label:N",
         color=alt.Color("series:N", title=None, sort=series,
                         scale=alt.Scale(domain=series, range=["#9e9e9e", "#d62728"][:len(series)])),
-        tooltip=[alt.Tooltip("model_id:N", title="model"), alt.Tooltip("head_label:N", title="head"),
-                 alt.Tooltip("layer:Q"), alt.Tooltip("q_head:Q", title="query head"),
-                 alt.Tooltip("decile:O", title="decile"),
-                 alt.Tooltip("ap:Q", title="AP", format=".3f")],
+        tooltip=head_tooltip(alt.Tooltip("decile:O", title="decile"),
+                             alt.Tooltip("ap:Q", title="AP", format=".3f"),
+                             alt.Tooltip("interval:N", title="model interval")),
     )
     grey = base.transform_filter("datum.series == 'one head'").mark_line(strokeWidth=1, opacity=0.55)
+    band = alt.Chart().transform_filter("datum.series != 'one head' && datum.ci_low != null").mark_area(
+        color="#d62728", opacity=0.18).encode(x=x, y=alt.Y("ci_low:Q", title=AP_TITLE), y2="ci_high:Q")
     red = base.transform_filter("datum.series != 'one head'").mark_line(
         strokeWidth=3, point=alt.OverlayMarkDef(size=40, filled=True))
-    return alt.layer(grey, red, data=table_of(data)).properties(
+    chart = alt.layer(grey, band, red, data=table_of(data)).properties(
         width=480, height=300, title=alt.Title(
-            f"{model_id}: plasticity profile of every head",
+            f"{name}: plasticity profile of every head",
             subtitle=["head decile values (n-weighted over query buckets, spec §2.3.8); red = model "
-                      "mean over heads", AP_MEANING]))
+                      "mean over heads, band = its interval", AP_MEANING]))
+    return Drawn(chart, ci.caption("Red band"))
 
 
 def component_weights(marts: Marts) -> alt.FacetChart:
     rows = require(finite(marts.rows("component_weights_model"), "component_weight"),
                    "component_weights_model is empty")
-    color, sel = family_color(marts)
-    for r in rows:
-        r["family"] = marts.family_of(r["model_id"]) or "unknown"
+    rows = marts.tag(rows)
+    look = model_look(marts, {r["model_id"] for r in rows})
     ds = sorted({r["d"] for r in rows})
     one_model = all(len({r["model_id"] for r in rows if r["d"] == d}) == 1 for d in ds)
+    xtitle = "head-dimension index (rotate-half layout: i and i + d/2 share a RoPE frequency)"
     base = alt.Chart().encode(
-        x=alt.X("component:Q", title="head-dimension index (rotate-half layout: i and i + d/2 share "
-                                       "a RoPE frequency)", scale=alt.Scale(nice=False)),
+        x=alt.X("component:Q", title=xtitle, scale=alt.Scale(nice=False)),
         y=alt.Y("component_weight:Q", title="mean positional weight (share)",
                 axis=alt.Axis(format="%")),
-        detail="model_id:N",
+        detail="model:N",
     )
-    tooltip = [alt.Tooltip("model_id:N", title="model"), alt.Tooltip("family:N"),
-               alt.Tooltip("component:Q", title="dimension"),
-               alt.Tooltip("rope_pair_index:Q", title="RoPE pair"),
-               alt.Tooltip("component_weight:Q", title="mean weight", format=".2%"),
-               alt.Tooltip("component_r2:Q", title="mean R²", format=".3f"),
-               alt.Tooltip("n_heads:Q", title="heads")]
+    tooltip = model_tooltip(alt.Tooltip("component:Q", title="dimension"),
+                            alt.Tooltip("rope_pair_index:Q", title="RoPE pair"),
+                            alt.Tooltip("component_weight:Q", title="mean weight", format=".2%"),
+                            alt.Tooltip("component_weight_sd:Q", title="sd over heads", format=".2%"),
+                            alt.Tooltip("component_r2:Q", title="mean R²", format=".3f"),
+                            alt.Tooltip("n_heads:Q", title="heads"))
     if one_model:
         layer = base.mark_bar(binSpacing=1).encode(
-            x=alt.X("component:Q", bin=alt.Bin(step=1), title="head-dimension index (rotate-half "
-                    "layout: i and i + d/2 share a RoPE frequency)"),
-            color=color, opacity=family_opacity(sel), tooltip=tooltip).add_params(sel)
+            x=alt.X("component:Q", bin=alt.Bin(step=1), title=xtitle),
+            color=look.color(), opacity=look.opacity(), tooltip=tooltip).add_params(look.selection)
         layers = [layer]
     else:
-        line = base.mark_line(strokeWidth=1.6).encode(color=color, opacity=family_opacity(sel))
+        line = base.mark_line(strokeWidth=1.6).encode(color=look.color(), opacity=look.opacity())
         pts = base.mark_point(filled=True, size=14).encode(
-            color=color, opacity=family_opacity(sel), tooltip=tooltip).add_params(sel)
+            color=look.color(), opacity=look.opacity(), tooltip=tooltip).add_params(look.selection)
         layers = [line, pts]
     chart = alt.layer(*layers).properties(width=560, height=220).facet(
         row=alt.Row("d:O", title=None, sort=ds,
@@ -160,76 +177,261 @@ def component_weights(marts: Marts) -> alt.FacetChart:
                  "mean over heads (queries only)"))
 
 
-def decile_profiles(marts: Marts) -> alt.LayerChart:
-    rows = marts.rows("model_summary", "n_heads_plasticity > 0")
+def decile_profiles(marts: Marts) -> Drawn:
+    rows = marts.tag(marts.rows("model_summary", "n_heads_plasticity > 0"))
+    ci = Intervals(marts, DECILES)
     data = []
     for r in rows:
         for d in _decile_rows(r, None):
-            data.append({**d, "model_id": r["model_id"], "family": r["family"] or "unknown",
-                         "n_heads": r["n_heads_plasticity"], "ctx": r.get("context_length")})
+            data.append({**d, "model_id": r["model_id"], "model": r["model"], "family": r["family"],
+                         "n_heads": r["n_heads_plasticity"], "ctx": r.get("context_length"),
+                         **ci.fields(r["model_id"], f"decile_{d['decile']}")})
     require(data, "model_summary has no model deciles")
-    color, sel = family_color(marts)
-    base = alt.Chart(table_of(data)).encode(
-        x=alt.X("rel:Q", title="query position, decile centre (share of the context window)",
-                axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]),
-                scale=alt.Scale(domain=[0, 1], nice=False)),
-        y=alt.Y("ap:Q", title=AP_TITLE, scale=alt.Scale(zero=False)),
-        detail="model_id:N",
-    )
-    lines = base.mark_line(strokeWidth=2).encode(color=color, opacity=family_opacity(sel))
-    pts = base.mark_point(filled=True, size=40).encode(
-        color=color, opacity=family_opacity(sel),
-        tooltip=[alt.Tooltip("model_id:N", title="model"), alt.Tooltip("family:N"),
-                 alt.Tooltip("decile:O", title="decile"), alt.Tooltip("ap:Q", title="AP", format=".4f"),
-                 alt.Tooltip("ctx:Q", title="context (tokens)", format=","),
-                 alt.Tooltip("n_heads:Q", title="heads")],
-    ).add_params(sel)
-    return alt.layer(lines, pts).properties(width=480, height=300, title=alt.Title(
-        "Plasticity decile profiles across models",
-        subtitle=["model decile = mean over heads of the head's n-weighted decile value "
-                  "(spec §2.3.8)", AP_MEANING]))
+    look = model_look(marts, {d["model_id"] for d in data})
+    x = alt.X("rel:Q", title="query position, decile centre (share of the context window)",
+              axis=alt.Axis(format="%", values=[0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+              scale=alt.Scale(domain=[0, 1], nice=False))
+    base = alt.Chart(table_of(data)).encode(x=x, detail="model:N")
+    y = alt.Y("ap:Q", title=AP_TITLE, scale=alt.Scale(zero=False))
+    band = base.transform_filter("datum.ci_low != null").mark_area(interpolate="linear").encode(
+        y=along(y, "ci_low:Q"), y2="ci_high:Q", color=look.color(),
+        opacity=look.opacity(0.16, 0.02))
+    lines = base.mark_line(strokeWidth=2).encode(y=y, color=look.color(), opacity=look.opacity())
+    pts = point_marks(base, size=40, y=y, color=look.color(), shape=look.shape(),
+                      opacity=look.opacity(),
+                      tooltip=model_tooltip(alt.Tooltip("decile:O", title="decile"),
+                                            alt.Tooltip("ap:Q", title="AP", format=".4f"),
+                                            alt.Tooltip("interval:N", title="interval"),
+                                            alt.Tooltip("ctx:Q", title="context (tokens)", format=","),
+                                            alt.Tooltip("n_heads:Q", title="heads")))
+    chart = alt.layer(band, lines, pts[0].add_params(look.selection), pts[1]).properties(
+        width=520, height=320, title=alt.Title(
+            "Plasticity decile profiles across models",
+            subtitle=["model decile = mean over heads of the head's n-weighted decile value "
+                      "(spec §2.3.8); band = its interval; click a model in the legend to pick it",
+                      AP_MEANING]))
+    return Drawn(chart, ci.caption("Bands"))
 
 
-def drop_vs_benchmark(marts: Marts) -> alt.Chart:
+# ------------------------------------------------------------------------------------------
+# forest plot: models by ap_drop, with intervals
+# ------------------------------------------------------------------------------------------
+
+FOREST_METRICS = (("ap_drop", "ap_drop = AP first 20 % − last 20 %"),
+                  ("ap_overall", "ap_overall (mean AP over the context)"))
+
+
+def forest_order(marts: Marts) -> list[str]:
+    """Model ids with an ap_drop, largest ap_drop first (model_summary's values), ties by id."""
+    rows = finite(marts.rows("model_summary"), "ap_drop")
+    return [r["model_id"] for r in sorted(rows, key=lambda r: (-r["ap_drop"], r["model_id"]))]
+
+
+def forest(marts: Marts) -> Drawn:
+    order = require(forest_order(marts), "no model has an ap_drop (no plasticity results)")
+    summary = {r["model_id"]: r for r in marts.rows("model_summary")}
+    ci = Intervals(marts, [m for m, _ in FOREST_METRICS])
+    data = []
+    for m in order:
+        for metric, title in FOREST_METRICS:
+            v = summary[m].get(metric)
+            if v is None:
+                continue
+            data.append({"model_id": m, "metric": title, "value": v,
+                         "n_heads": summary[m].get("n_heads_plasticity"),
+                         **ci.fields(m, metric)})
+    data = marts.tag(data)
+    look = model_look(marts, order)
+    ylabels = [marts.display(m) for m in order]
+    y = alt.Y("model:N", sort=ylabels, title=None, axis=alt.Axis(labelLimit=320))
+    panels = []
+    for i, (metric, title) in enumerate(FOREST_METRICS):
+        base = alt.Chart().transform_filter(alt.datum.metric == title).encode(
+            y=y if i == 0 else alt.Y("model:N", sort=ylabels, title=None, axis=None))
+        x = alt.X("value:Q", title=title, scale=alt.Scale(zero=False, nice=True))
+        tip = model_tooltip(alt.Tooltip("metric:N", title="metric"),
+                            alt.Tooltip("value:Q", title="value", format=".4f"),
+                            alt.Tooltip("interval:N", title="interval"),
+                            alt.Tooltip("n_layers:Q", title="layers (resampled)"),
+                            alt.Tooltip("n_heads:Q", title="heads"))
+        bars = errorbar(base, x, color="#333", thickness=1.8, ticks=False)
+        pts = point_marks(base, size=60, x=x, color=look.color(legend=False), tooltip=tip)
+        layer = alt.layer(*pts, bars)
+        panels.append(layer.properties(width=300, height=alt.Step(24),
+                                       title=alt.Title(metric, fontSize=13, anchor="middle")))
+    chart = alt.hconcat(*panels, data=table_of(data), spacing=18).resolve_scale(y="shared").properties(
+        title=alt.Title("Models by plasticity drop (ap_drop), with intervals",
+                        subtitle=["sorted by ap_drop, largest first; point = model value, bar = its "
+                                  "interval; hollow = no interval",
+                                  "models whose bars overlap may not differ: see model_comparisons / "
+                                  "`qkwh compare` for the interval of each difference"]))
+    return Drawn(chart, ci.caption("Bars"))
+
+
+# ------------------------------------------------------------------------------------------
+# ap_drop vs benchmark score
+# ------------------------------------------------------------------------------------------
+
+BENCH_NAMES = {"longbench_pro": "LongBench Pro", "ruler": "RULER"}
+
+
+def _bench(row: dict[str, Any]) -> str:
+    mode = f" ({row['mode']})" if row.get("mode") else ""
+    return BENCH_NAMES.get(row["benchmark"], row["benchmark"]) + mode
+
+
+def _r_text(c: dict[str, Any]) -> str:
+    """'r = +0.76 (n = 3, p = 0.45); 95 % Fisher-z [..]; 95 % two-stage bootstrap [..]'."""
+    if c.get("pearson_r") is None:
+        return f"r = n/a (n = {c['n']}{'; ' + c['note'] if c.get('note') else ''})"
+    lvl = pct(c["level"]) + " " if c.get("level") is not None else ""
+    p = "" if c.get("p_value") is None else f", p = {c['p_value']:.2g}"
+    fz = ("Fisher-z interval n/a (needs n > 3)" if c.get("fisher_ci_low") is None
+          else f"{lvl}Fisher-z [{c['fisher_ci_low']:+.2f}, {c['fisher_ci_high']:+.2f}]")
+    bs = ("bootstrap interval n/a" if c.get("boot_ci_low") is None
+          else f"{lvl}two-stage bootstrap [{c['boot_ci_low']:+.2f}, {c['boot_ci_high']:+.2f}]")
+    return f"r = {c['pearson_r']:+.2f} (n = {c['n']}{p}); {fz}; {bs}"
+
+
+def drop_vs_benchmark(marts: Marts) -> Drawn:
     if not marts.has("benchmark_joins"):
         raise NoData("the warehouse has no benchmark_joins mart")
     obs = marts.rows("benchmark_joins", "metric = 'ap_drop' AND length_scope = 'overall'")
     obs = finite(obs, "score", "metric_value")
     if not obs:
         raise NoData("no ingested model has an overall benchmark score (benchmark_scores seed)")
-    corr = marts.query(
-        "SELECT benchmark, mode, n, pearson_r, boot_ci_low, boot_ci_high FROM benchmark_correlations "
-        "WHERE metric = 'ap_drop' AND length_scope = 'overall'") if marts.has("benchmark_correlations") else []
-    names = {"longbench_pro": "LongBench Pro", "ruler": "RULER"}
-    subtitle = ["lines: least-squares fit of score on ap_drop; r over the ingested models with its "
-                "95 % two-stage bootstrap interval (benchmark_correlations)"]
-    for c in corr:
-        r = "n/a" if c["pearson_r"] is None else f"{c['pearson_r']:+.2f}"
-        if c["pearson_r"] is not None and c.get("boot_ci_low") is not None:
-            r += f" [{c['boot_ci_low']:+.2f}, {c['boot_ci_high']:+.2f}]"
-        mode = f" ({c['mode']})" if c.get("mode") else ""
-        subtitle.append(f"{names.get(c['benchmark'], c['benchmark'])}{mode}: r = {r}, n = {c['n']}")
+    corr = (marts.rows("benchmark_correlations", "metric = 'ap_drop' AND length_scope = 'overall'")
+            if marts.has("benchmark_correlations") else [])
+    ci = Intervals(marts, ["ap_drop"])
     for o in obs:
-        mode = f" ({o['mode']})" if o.get("mode") else ""
-        o["bench"] = names.get(o["benchmark"], o["benchmark"]) + mode
-        o["family"] = o.get("family") or "unknown"
-    color, sel = family_color(marts)
+        o["bench"] = _bench(o)
+        o.update(ci.fields(o["model_id"], "ap_drop"))
+    obs = marts.tag(obs)
+    lines = [f"{_bench(c)}: {_r_text(c)}" for c in corr]
+    subtitle = ["horizontal bars: interval of each model's ap_drop; dashed line: least-squares fit "
+                "of score on ap_drop"] + lines
+    look = model_look(marts, {o["model_id"] for o in obs})
     base = alt.Chart().encode(
-        x=alt.X("metric_value:Q", title="ap_drop = AP first 20 % − AP last 20 % (plasticity units)",
-                scale=alt.Scale(zero=False)),
-        y=alt.Y("score:Q", title="benchmark score (points)", scale=alt.Scale(zero=False)),
-    )
-    pts = base.mark_circle(size=90).encode(
-        color=color, opacity=family_opacity(sel, on=0.9),
-        tooltip=[alt.Tooltip("model_id:N", title="model"), alt.Tooltip("family:N"),
-                 alt.Tooltip("bench:N", title="benchmark"), alt.Tooltip("score:Q", format=".2f"),
-                 alt.Tooltip("metric_value:Q", title="ap_drop", format=".4f")]).add_params(sel)
-    labels = base.mark_text(dx=7, align="left", fontSize=11).encode(text="model_id:N")
-    fit = base.transform_regression("metric_value", "score").mark_line(color="#333", strokeDash=[5, 3])
-    return alt.layer(fit, pts, labels).properties(width=380, height=300).facet(
-        column=alt.Column("bench:N", title=None), data=table_of(obs),
+        y=alt.Y("score:Q", title="benchmark score (points)", scale=alt.Scale(zero=False)))
+    x = alt.X("metric_value:Q", title="ap_drop = AP first 20 % − AP last 20 % (plasticity units)",
+              scale=alt.Scale(zero=False))
+    tip = model_tooltip(alt.Tooltip("bench:N", title="benchmark"),
+                        alt.Tooltip("score:Q", format=".2f"),
+                        alt.Tooltip("metric_value:Q", title="ap_drop", format=".4f"),
+                        alt.Tooltip("interval:N", title="ap_drop interval"))
+    bars = errorbar(base, x, color="#777", thickness=1.4)
+    pts = point_marks(base, size=90, x=x, color=look.color(), shape=look.shape(),
+                      opacity=look.opacity(), tooltip=tip)
+    labels = base.mark_text(dx=8, dy=-8, align="left", fontSize=11).encode(x=x, text="model:N")
+    fit = base.transform_regression("metric_value", "score").mark_line(
+        color="#333", strokeDash=[5, 3]).encode(x=x)
+    chart = alt.layer(fit, bars, pts[0].add_params(look.selection), pts[1], labels).properties(
+        width=400, height=320).facet(column=alt.Column("bench:N", title=None), data=table_of(obs)
     ).resolve_scale(y="independent", x="independent").properties(title=alt.Title(
         "Plasticity drop vs long-context benchmark score", subtitle=subtitle))
+    cap = ci.caption("Horizontal bars")
+    if corr:
+        cap += (" Pearson r over every ingested model with a score (benchmark_correlations), with "
+                "its Fisher-z interval (models as independent points measured without error) and "
+                "its two-stage bootstrap interval (models redrawn, and for each one of its own "
+                "bootstrap values of ap_drop): " + "; ".join(lines) + ".")
+    return Drawn(chart, cap)
+
+
+# ------------------------------------------------------------------------------------------
+# Gaussian vs empirical plasticity
+# ------------------------------------------------------------------------------------------
+
+
+def gauss_vs_empirical(marts: Marts) -> Drawn:
+    if not marts.has("plasticity_buckets_gap"):
+        raise NoData(NO_EMPIRICAL)
+    buckets = finite(marts.rows("plasticity_buckets_gap"), "ap_bucket", "ap_bucket_empirical")
+    if not buckets:
+        raise NoData(NO_EMPIRICAL)
+    n_all = len(buckets)
+    if n_all > SCATTER_CAP:  # seeded, so the report is reproducible
+        buckets = random.Random(0).sample(buckets, SCATTER_CAP)
+    buckets = marts.tag(buckets)
+    heads = marts.tag([r for r in finite(marts.rows("head_metrics"), "gauss_gap", "depth_bin")])
+    models = [m for m in marts.models if any(b["model_id"] == m for b in buckets)]
+    look = model_look(marts, models)
+    ci = Intervals(marts, ["gauss_gap"])
+    summary = [r for r in marts.rows("model_summary") if r.get("gauss_gap") is not None]
+    level = [{"model_id": r["model_id"], "gauss_gap": r["gauss_gap"],
+              "n_heads": r.get("n_heads_plasticity"), **ci.fields(r["model_id"], "gauss_gap")}
+             for r in summary if r["model_id"] in models]
+    level = marts.tag(level)
+
+    # 1. per-bucket scatter with the identity line
+    lo = min(min(b["ap_bucket"], b["ap_bucket_empirical"]) for b in buckets)
+    hi = max(max(b["ap_bucket"], b["ap_bucket_empirical"]) for b in buckets)
+    pad = 0.02 * (hi - lo or 1.0)
+    dom = [max(0.0, lo - pad), min(1.0, hi + pad)]
+    gx = alt.X("ap_bucket:Q", title="Gaussian AP per bucket (closed form)",
+               scale=alt.Scale(domain=dom, nice=False))
+    gy = alt.Y("ap_bucket_empirical:Q", title="empirical AP per bucket (real queries)",
+               scale=alt.Scale(domain=dom, nice=False))
+    ident = alt.Chart(table_of([{"v": dom[0]}, {"v": dom[1]}])).mark_line(
+        color="#333", strokeDash=[5, 3], clip=True).encode(x=along(gx, "v:Q"), y=along(gy, "v:Q"))
+    scatter = alt.Chart(table_of(buckets)).mark_point(filled=True, size=22).encode(
+        x=gx,
+        y=gy,
+        color=look.color(), shape=look.shape(), opacity=look.opacity(0.55, 0.03),
+        tooltip=head_tooltip(alt.Tooltip("q_bucket:Q", title="query bucket"),
+                             alt.Tooltip("bucket_position:Q", title="bucket position (tokens)", format=",.0f"),
+                             alt.Tooltip("ap_bucket:Q", title="Gaussian AP", format=".4f"),
+                             alt.Tooltip("ap_bucket_empirical:Q", title="empirical AP", format=".4f"),
+                             alt.Tooltip("gauss_gap:Q", title="gap (G − E)", format="+.4f"),
+                             alt.Tooltip("gauss_gap_se:Q", title="gap SE", format=".4f")),
+    ).add_params(look.selection)
+    left = alt.layer(ident, scatter).properties(
+        width=330, height=330, title=alt.Title("Per bucket: Gaussian vs empirical",
+                                               subtitle="dashed line: equal (gap 0)"))
+
+    # 2. gap by layer depth: mean over the heads of each depth bin
+    depth = alt.Chart(table_of(heads)).transform_aggregate(
+        mean_gap="mean(gauss_gap)", n_heads="count()", first_layer="min(layer)",
+        last_layer="max(layer)", groupby=["model", "model_id", "family", "depth_bin"],
+    ).transform_calculate(depth_mid="(datum.depth_bin + 0.5) / 10").encode(
+        x=alt.X("depth_mid:Q", title="relative depth layer / (layers − 1), bin centre",
+                scale=alt.Scale(domain=[0, 1], nice=False), axis=alt.Axis(values=[0, 0.2, 0.4, 0.6, 0.8, 1])),
+        y=alt.Y("mean_gap:Q", title="mean gauss_gap over heads (Gaussian − empirical AP)"),
+        color=look.color(), opacity=look.opacity(),
+        tooltip=model_tooltip(alt.Tooltip("depth_bin:O", title="depth bin (tenths)"),
+                              alt.Tooltip("first_layer:Q", title="first layer"),
+                              alt.Tooltip("last_layer:Q", title="last layer"),
+                              alt.Tooltip("n_heads:Q", title="heads"),
+                              alt.Tooltip("mean_gap:Q", title="mean gap", format="+.4f")))
+    zero = alt.Chart().mark_rule(color="#888", strokeDash=[3, 3]).encode(y=alt.datum(0))
+    middle = alt.layer(zero, depth.mark_line(strokeWidth=1.8),
+                       depth.mark_point(filled=True, size=40)).properties(
+        width=330, height=330, title=alt.Title("Gap by layer depth",
+                                               subtitle="mean over the heads in each tenth of depth"))
+
+    # 3. the model-level gap with its interval
+    ylabels = model_sort(marts, [r["model_id"] for r in level])
+    base = alt.Chart(table_of(level)).encode(
+        y=alt.Y("model:N", sort=ylabels, title=None, axis=alt.Axis(labelLimit=260)))
+    x = alt.X("gauss_gap:Q", title="model gauss_gap (ap_overall Gaussian − empirical)")
+    pts = point_marks(base, size=70, x=x, color=look.color(), opacity=look.opacity(1, 0.15),
+                      tooltip=model_tooltip(alt.Tooltip("gauss_gap:Q", title="gauss_gap", format="+.4f"),
+                                            alt.Tooltip("interval:N", title="interval"),
+                                            alt.Tooltip("n_layers:Q", title="layers (resampled)"),
+                                            alt.Tooltip("n_heads:Q", title="heads")))
+    right = alt.layer(alt.Chart().mark_rule(color="#888", strokeDash=[3, 3]).encode(x=alt.datum(0)),
+                      errorbar(base, x, color="#444", thickness=2, ticks=False), *pts).properties(
+        width=260, height=alt.Step(24), title=alt.Title("Per model, with interval",
+                                                        subtitle="hollow = no interval"))
+    shown = (f"{len(buckets):,} of {n_all:,} buckets drawn (seeded sample)" if n_all > len(buckets)
+             else f"{n_all:,} buckets")
+    chart = alt.hconcat(left, middle, right, spacing=28).resolve_scale(color="shared").properties(
+        title=alt.Title("Gaussian vs empirical plasticity",
+                        subtitle=["Gaussian: closed form treating each bucket's queries as Gaussian; "
+                                  "empirical: the same key pairs scored with the real queries; "
+                                  "gap > 0 = the Gaussian shortcut overstates plasticity",
+                                  shown + " (plasticity_buckets_gap); depth from head_metrics"]))
+    return Drawn(chart, ci.caption("Right panel, bars"))
 
 
 FIGURES: tuple[FigureDef, ...] = (
@@ -238,17 +440,28 @@ FIGURES: tuple[FigureDef, ...] = (
               "have fewer than n_min pairs (attention-plasticity/01–04).",
               ("plasticity_heatmap_model",), heatmap, per_model=True),
     FigureDef("ap-head-profiles", SECTION, "Per-head plasticity profiles with the model mean",
-              "Every head's plasticity along the context (grey) and the model mean (red) "
-              "(attention-plasticity/05–07).", ("head_metrics", "model_summary"), head_profiles,
+              "Every head's plasticity along the context (grey) and the model mean (red) with its "
+              "interval (attention-plasticity/05–07).", ("head_metrics", "model_summary",
+                                                          "model_metric_ci"), head_profiles,
               per_model=True),
     FigureDef("ap-component-weights", SECTION, "Component weights by head dimension",
-              "Which head dimensions carry the query position signal (attention-plasticity/08).",
+              "Which head dimensions carry the query position signal (attention-plasticity/08). "
+              "Means over heads, drawn without an interval (component weights are not "
+              "bootstrapped; the tooltip gives the sd over heads).",
               ("component_weights_model",), component_weights),
     FigureDef("ap-decile-profiles", SECTION, "Decile profiles across models",
-              "Model plasticity per decile of the context window (Tables 4/10).",
-              ("model_summary",), decile_profiles),
+              "Model plasticity per decile of the context window, one colour per model, with "
+              "intervals (Tables 4/10).", ("model_summary", "model_metric_ci"), decile_profiles),
+    FigureDef("ap-forest", SECTION, "Forest plot: models by ap_drop",
+              "Each model's ap_drop and ap_overall with their intervals, sorted by ap_drop.",
+              ("model_summary", "model_metric_ci"), forest),
     FigureDef("ap-drop-vs-benchmark", SECTION, "ap_drop vs benchmark score",
               "ap_drop against long-context benchmark scores with a linear fit and Pearson r "
-              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_correlations"),
-              drop_vs_benchmark),
+              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_correlations",
+                                              "model_metric_ci"), drop_vs_benchmark),
+    FigureDef("ap-gauss-vs-empirical", SECTION, "Gaussian vs empirical plasticity",
+              "Per-bucket Gaussian against empirical plasticity with the identity line, the gap by "
+              "layer depth, and each model's gap with its interval.",
+              ("plasticity_buckets_gap", "head_metrics", "model_summary", "model_metric_ci"),
+              gauss_vs_empirical),
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import altair as alt
 
-from qkwh.reports.base import FigureDef, Marts, NoData, table_of
+from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, model_tooltip, table_of
+from qkwh.reports.intervals import Intervals, errorbar
 
 SECTION = "Published comparison"
 
@@ -21,7 +22,11 @@ def _group(metric: str) -> int:
     return 1
 
 
-def comparison(marts: Marts) -> alt.FacetChart:
+def _pin(v: float) -> float:
+    return min(max(v, LO), HI)
+
+
+def comparison(marts: Marts) -> Drawn:
     if not marts.has("published_comparison"):
         raise NoData("the warehouse has no published_comparison mart")
     rows = marts.rows("published_comparison", "level = 'model' AND is_preferred")
@@ -31,19 +36,22 @@ def comparison(marts: Marts) -> alt.FacetChart:
     rows = [r for r in rows if r.get("our_value") is not None]
     if not rows:
         raise NoData("published values exist for these models but none of them is computed yet")
+    ci = Intervals(marts, {r["metric"] for r in rows})
     data = []
     for r in rows:
         pub, ours = r["published_value"], r["our_value"]
         if not pub:
             continue
         ratio = ours / pub
+        # our value's interval on the ratio axis, where model_metric_ci has the same metric
+        iv = ci.fields(r["model_id"], r["metric"], lambda v, pub=pub: _pin(v / pub))
         tol = (r.get("tolerance") or 0) / abs(pub)
         state = ("within tolerance" if r.get("within_tolerance")
                  else "outside tolerance" if r.get("within_tolerance") is not None else "no tolerance")
         data.append({
             "model_id": r["model_id"], "metric": r["metric"], "source": r["source_table"],
             "group": _group(r["metric"]), "ours": ours, "published": pub,
-            "ratio": ratio, "ratio_shown": min(max(ratio, LO), HI),
+            "ratio": ratio, "ratio_shown": _pin(ratio), **iv,
             "tol_lo": max(1 - tol, LO), "tol_hi": min(1 + tol, HI),
             "difference": r.get("difference"), "tolerance": r.get("tolerance"), "state": state,
         })
@@ -60,26 +68,33 @@ def comparison(marts: Marts) -> alt.FacetChart:
         x="ratio_shown:Q",
         color=alt.Color("state:N", sort=states, title="agreement",
                         scale=alt.Scale(domain=states, range=["#2ca02c", "#d62728", "#7f7f7f"])),
-        tooltip=[alt.Tooltip("model_id:N", title="model"), alt.Tooltip("metric:N"),
+        tooltip=model_tooltip(
+                 alt.Tooltip("metric:N"),
                  alt.Tooltip("source:N", title="published in"),
                  alt.Tooltip("ours:Q", title="ours", format=".4g"),
                  alt.Tooltip("published:Q", title="published", format=".4g"),
                  alt.Tooltip("ratio:Q", title="ours ÷ published", format=".3f"),
                  alt.Tooltip("tolerance:Q", title="tolerance (abs)", format=".3g"),
-                 alt.Tooltip("state:N", title="agreement")])
+                 alt.Tooltip("interval:N", title="our interval (as ratio)"),
+                 alt.Tooltip("state:N", title="agreement")))
+    data = marts.tag(data)
     n_models = len({d["model_id"] for d in data})
-    return alt.layer(band, one, pts).properties(width=300, height=alt.Step(16)).facet(
-        facet=alt.Facet("model_id:N", title=None, sort=[m for m in marts.models]),
+    whisk = errorbar(base, alt.X("ratio_shown:Q", title="ours ÷ published (ratio; 1 = equal)"),
+                     color="#333", thickness=1.2)
+    chart = alt.layer(band, one, whisk, pts).properties(width=300, height=alt.Step(16)).facet(
+        facet=alt.Facet("model:N", title=None, sort=[marts.display(m) for m in marts.models]),
         columns=min(3, n_models), data=table_of(data),
     ).properties(title=alt.Title(
         "Our values beside the published ones",
         subtitle=["model-level anchors of the thesis tables (preferred source per metric); green band "
-                  "= spec §5 tolerance around the published value",
+                  "= spec §5 tolerance around the published value; black bar = our value's interval",
                   f"ratios outside [{LO}, {HI}] are pinned to the edge; the tooltip shows both values"]))
+    return Drawn(chart, ci.caption("Black bars (our value's interval divided by the published value)"))
 
 
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("pub-comparison", SECTION, "Our values beside the published ones",
               "Every published model-level value for the ingested models, as our value ÷ published "
-              "value with the spec §5 tolerance band.", ("published_comparison",), comparison),
+              "value with the spec §5 tolerance band and our value's interval.",
+              ("published_comparison", "model_metric_ci"), comparison),
 )

@@ -2,8 +2,10 @@
 self-contained ``index.html`` (Vega, Vega-Lite and vega-embed inlined; no network needed).
 
 Figures come from the figure modules (``pca``, ``rotation``, ``plasticity``, ``training``,
-``published``), which read marts only (plus stored axes and vectors for the collages).  A figure
-without data is left out with a note in the report and in ``figures.json``.
+``published``), which read marts only (the collages' stored axes and vectors come through
+``vectors``).  A figure without data is left out with a note in the report and in
+``figures.json``.  A figure's caption is its catalogue caption plus what its ``build`` adds
+(e.g. which interval the error bars show).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from qkwh import __version__, store
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.paths import REPORTS_DIR
 from qkwh.reports import pca, plasticity, published, rotation, training
-from qkwh.reports.base import FigureDef, Marts, NoData, base_config, slug
+from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, base_config, ordered_models, relations, slug
 
 log = logging.getLogger("qkwh.reports")
 
@@ -40,12 +42,6 @@ SECTIONS = ("PCA", "Rotation", "Plasticity", "Training dynamics", "Published com
 DEFAULT_OUT = REPORTS_DIR / "latest"
 FIGURE_DIR = "figures"
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])  # e.g. "6.4"
-
-_MODEL_ORDER_SQL = """
-SELECT model_id FROM model_summary
-ORDER BY family NULLS LAST, trajectory_rank NULLS FIRST, params_b NULLS LAST, model_id
-"""
-
 
 @dataclass(frozen=True)
 class RenderedFigure:
@@ -118,8 +114,8 @@ def render(
     overwritten).  MODELS limits the report to these model ids (default: every model).
 
     Writes OUT/index.html (one self-contained page: Vega, Vega-Lite and vega-embed inlined,
-    a figure index, tooltips naming model, layer and head, click a legend entry to filter
-    families), OUT/figures/<id>.png (``scale``× pixel density), .svg and .vl.json per figure,
+    a figure index, tooltips naming model, layer and head, click a model in a legend to pick
+    it), OUT/figures/<id>.png (``scale``× pixel density), .svg and .vl.json per figure,
     and OUT/figures.json (the figure index: files, source marts, figures left out and why).
     A figure without data (e.g. no checkpoints ingested) is left out with a note.  FIGURES
     limits the report to some figures: keys (``pca-taxonomy``), key prefixes (``train``) or
@@ -150,8 +146,8 @@ def render(
     specs: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         jobs = [pool.submit(_write_files, fig_dir, fid, spec, formats, scale)
-                for _, fid, _, spec in built]
-        for (fig, fid, model_id, spec), job in zip(built, jobs):
+                for _, fid, _, spec, _ in built]
+        for (fig, fid, model_id, spec, caption), job in zip(built, jobs):
             try:
                 png, svg, spec_path = job.result()
             except Exception as exc:  # a spec Vega cannot draw is a bug: note it, keep the rest
@@ -162,7 +158,7 @@ def render(
                                              model_id, failed=True))
                 continue
             specs[fid] = spec
-            figures.append(RenderedFigure(fid, fig.section, fig.title, fig.caption, fig.sources,
+            figures.append(RenderedFigure(fid, fig.section, fig.title, caption, fig.sources,
                                           model_id, png, svg, spec_path))
 
     wh = store.resolve_warehouse(warehouse)
@@ -200,11 +196,9 @@ def _open(warehouse: str | Path | None):
 
 
 def _models(con: Any, wanted: Sequence[str] | None) -> list[str]:
-    known = {r[0] for r in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
-    if "model_summary" not in known:
+    if "model_summary" not in relations(con):
         raise QkwhError("the warehouse has no marts (model_summary missing): run `qkwh build` first")
-    ordered = [r[0] for r in con.execute(_MODEL_ORDER_SQL).fetchall()]
+    ordered = ordered_models(con)
     if not ordered:
         raise QkwhError("the warehouse has no models: run `qkwh ingest`, `qkwh compute` and "
                         "`qkwh build` first")
@@ -233,7 +227,7 @@ def _select(wanted: Sequence[str] | None) -> tuple[FigureDef, ...]:
 
 
 def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
-    built: list[tuple[FigureDef, str, str | None, dict[str, Any]]] = []
+    built: list[tuple[FigureDef, str, str | None, dict[str, Any], str]] = []
     skipped: list[SkippedFigure] = []
     for fig in catalogue:
         targets: Iterable[str | None] = marts.models if fig.per_model else [None]
@@ -241,6 +235,10 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
             fid = f"{fig.key}-{slug(model_id)}" if model_id else fig.key
             try:
                 chart = fig.build(marts, model_id) if model_id else fig.build(marts)
+                caption = fig.caption
+                if isinstance(chart, Drawn):
+                    caption = f"{caption} {chart.caption}".strip()
+                    chart = chart.chart
                 with alt.data_transformers.enable("default", max_rows=None):
                     spec = base_config(chart).to_dict(validate=True)
             except NoData as exc:
@@ -254,7 +252,7 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
                                              f"failed: {type(exc).__name__}: {exc}", model_id,
                                              failed=True))
                 continue
-            built.append((fig, fid, model_id, spec))
+            built.append((fig, fid, model_id, spec, caption))
     return built, skipped
 
 
@@ -396,8 +394,9 @@ def _html(figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure],
 
     # figure index
     parts.append("<h2 id=\"figure-index\">Figure index</h2>")
-    parts.append("<p class=\"caption\">Hover a mark for its model, layer and head; click a family in a "
-                 "legend to filter (shift-click for several, double-click to reset). Every figure "
+    parts.append("<p class=\"caption\">Hover a mark for its model, layer and head; click a model in a "
+                 "legend to pick it (shift-click for several, double-click to reset). Error bars and "
+                 "bands are intervals: each caption says which. Every figure "
                  "also exists as PNG and SVG in <code>figures/</code>.</p>")
     parts.append("<table class=\"index\"><tr><th>#</th><th>figure</th><th>section</th><th>model</th>"
                  "<th>source marts / tables</th><th>files</th></tr>")

@@ -1,9 +1,10 @@
-"""Row-level points for the collages: stored vectors projected onto stored axes.
+"""The one reader of raw vectors and stored axes: row-level points for the collages.
 
-No mart holds per-row projections, so the collages read the head's parquet rows (located
-through the ``files`` catalog, the same files the ``vectors`` view reads) and the axes that
-``qkwh compute`` stored (``rotation_axes``, ``pca_axes``).  Projection is a presentation
-transform; no axis or metric is recomputed here.
+Every other figure reads marts only (``Marts.rows``).  No mart holds per-row projections, so the
+collages read the head's parquet rows (located through the ``files`` catalog, the same files the
+``vectors`` view reads) and the axes that ``qkwh compute`` stored (``rotation_axes``,
+``pca_axes``); this module is the only place in the report layer that touches those tables.
+Projection is a presentation transform; no axis or metric is recomputed here.
 
 * {a, b} plane (spec §2.2): raw, uncentred projections ``aᵀx``, ``bᵀx``.
 * PCA plane (spec §2.1): ``z_i = (x − mean)·pc_i`` with the stored pooled mean.
@@ -47,6 +48,14 @@ def heads_with_axes(marts: Marts, table: str, model_id: str, axes: Sequence[str]
         "GROUP BY layer, q_head HAVING count(DISTINCT axis) = ? ORDER BY layer, q_head",
         [model_id, list(axes), len(set(axes))]).fetchall()
     return [Head(int(l), int(q), int(k)) for l, q, k in rows]
+
+
+def complement_axes(marts: Marts, model_id: str, head: Head) -> list[int]:
+    """Indices j of the complement directions ``w<j>`` stored for ``head``, sorted."""
+    names = marts.con.execute(
+        "SELECT axis FROM rotation_axes WHERE model_id = ? AND layer = ? AND q_head = ? "
+        "AND regexp_full_match(axis, 'w[0-9]+')", [model_id, head.layer, head.q_head]).fetchall()
+    return sorted(int(n[0][1:]) for n in names)
 
 
 def seeded_sample(heads: list[Head], n: int = 4, seed: int = 42) -> list[Head]:

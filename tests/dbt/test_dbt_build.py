@@ -26,7 +26,7 @@ MARTS = [
     "plasticity_length_bins", "plasticity_heatmap_model", "plasticity_buckets_gap",
     "component_weights_model", "bias_decomposition", "training_trajectory", "layer_profile",
     "family_correlations", "benchmark_joins", "benchmark_correlations", "published_comparison",
-    "model_metric_ci", "model_comparisons",
+    "model_metric_ci", "model_comparisons", "head_rotation_pairs",
 ]
 SPECS = {s.model_id: s for s in sm.BASE_MODELS}
 QWEN, MINISTRAL = SPECS["qwen3-4b"], SPECS["ministral3-3b"]
@@ -354,7 +354,7 @@ PER_MODEL_MARTS = {
     "plasticity_length_bins": "model_id", "plasticity_heatmap_model": "model_id",
     "component_weights_model": "model_id", "bias_decomposition": "model_id",
     "training_trajectory": "model_id", "layer_profile": "model_id",
-    "published_comparison": "model_id",
+    "published_comparison": "model_id", "head_rotation_pairs": "model_id",
 }
 
 
