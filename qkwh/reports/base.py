@@ -237,6 +237,11 @@ def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:
     return pa.table({k: [r.get(k) for r in records] for k in cols})
 
 
+def pick(rows: Iterable[dict[str, Any]], *cols: str) -> list[dict[str, Any]]:
+    """``rows`` with only ``cols`` (keeps the inline data of a figure small)."""
+    return [{c: r.get(c) for c in cols} for r in rows]
+
+
 def require(rows: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
     """``rows`` if any, else NoData naming what is missing."""
     if not rows:

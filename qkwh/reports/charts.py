@@ -130,7 +130,7 @@ def qk_collage(records: list[dict[str, Any]], *, x: str, y: str, x_title: str, y
     scale = alt.Scale(domain=[-top, -1e-9, 0, top],
                       range=["#8c2d04", "#fdbe85", "#c6dbef", "#08306b"], interpolate="rgb")
     constants = dict(constants or {})
-    tooltip = [alt.Tooltip(f"{k}:N") for k in constants] + [
+    tooltip = [alt.Tooltip(f"{k}:N", title=k.replace("_", " ")) for k in constants] + [
         alt.Tooltip(f"{panel_field}:N", title=panel_title),
         alt.Tooltip("kind:N", title="Q/K"),
         alt.Tooltip("position:Q", title="position (tokens)"),

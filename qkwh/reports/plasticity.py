@@ -15,6 +15,7 @@ from qkwh.reports.base import (
     NoData,
     finite,
     head_tooltip,
+    pick,
     model_look,
     model_sort,
     model_tooltip,
@@ -36,7 +37,9 @@ SCATTER_CAP = 6000  # buckets drawn in the Gaussian-vs-empirical scatter (seeded
 def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
     rows = marts.rows("plasticity_heatmap_model", "model_id = ?", [model_id])
     rows = require([r for r in rows if r.get("n")], f"{model_id}: no plasticity heatmap cells")
+    name = marts.display(model_id)
     for r in rows:
+        r["model"] = name
         w = r["bin_width_tokens"]
         r["dx_end"] = r["dx_tokens"] + w
         r["dm_end"] = r["dm_tokens"] + w
@@ -51,7 +54,7 @@ def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
         y=alt.Y("dm_tokens:Q", title="query to key-midpoint distance (tokens)",
                 axis=token_axis(), scale=alt.Scale(nice=False)),
         y2="dm_end:Q",
-        tooltip=[alt.Tooltip("model_id:N", title="model"),
+        tooltip=[alt.Tooltip("model:N", title="model"), alt.Tooltip("model_id:N", title="model id"),
                  alt.Tooltip("dx_tokens:Q", title="inter-key distance from (tokens)"),
                  alt.Tooltip("dm_tokens:Q", title="key-to-query distance from (tokens)"),
                  alt.Tooltip("ap_mean:Q", title="AP (pooled)", format=".3f"),
@@ -66,7 +69,7 @@ def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
     masked = base.transform_filter("datum.masked").mark_rect(color="#e6e6e6")
     return alt.layer(masked, cells, data=table_of(rows)).properties(
         width=420, height=380, title=alt.Title(
-            f"{marts.display(model_id)}: plasticity by key spacing and distance to the query",
+            f"{name}: plasticity by key spacing and distance to the query",
             subtitle=f"cell = Σ sum_pp / Σ n over heads and query buckets; bins of {w:,} tokens; "
                      f"grey = fewer than n_min pairs (masked)"))
 
@@ -353,7 +356,8 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
     if n_all > SCATTER_CAP:  # seeded, so the report is reproducible
         buckets = random.Random(0).sample(buckets, SCATTER_CAP)
     buckets = marts.tag(buckets)
-    heads = marts.tag([r for r in finite(marts.rows("head_metrics"), "gauss_gap", "depth_bin")])
+    heads = marts.tag(pick(finite(marts.rows("head_metrics"), "gauss_gap", "depth_bin"),
+                           "model_id", "layer", "depth_bin", "gauss_gap"))
     models = [m for m in marts.models if any(b["model_id"] == m for b in buckets)]
     look = model_look(marts, models)
     ci = Intervals(marts, ["gauss_gap"])

@@ -14,6 +14,7 @@ from qkwh.reports.base import (
     NoData,
     finite,
     head_tooltip,
+    pick,
     model_look,
     model_sort,
     model_tooltip,
@@ -30,8 +31,12 @@ SECTION = "Rotation"
 HEAD_MART = "head_metrics"
 
 
+HEAD_KEYS = ("model_id", "layer", "q_head", "k_head", "head_label", "depth_bin")
+
+
 def head_rows(marts: Marts, *cols: str) -> list[dict[str, Any]]:
-    return marts.tag(finite(marts.rows(HEAD_MART), *cols))
+    """Head rows of head_metrics with ``cols`` all set (only the keys and ``cols`` kept)."""
+    return marts.tag(pick(finite(marts.rows(HEAD_MART), *cols), *HEAD_KEYS, *cols))
 
 
 def _summary(marts: Marts, *cols: str) -> list[dict[str, Any]]:

@@ -56,8 +56,9 @@ COUNT_MARKS_JS = """
 # Figures whose marks are heads or rows of one head: the tooltip names model and head (label
 # L<layer>H<query head>); the scatter plots of head metrics also give layer and head numbers.
 HEAD_LEVEL = ("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles", "pca-collage",
-              "rot-ab-collage", "rot-complement-collage")
-NO_MODEL_TOOLTIP = ("rot-bias-distribution",)  # bins pool the heads of a family
+              "rot-ab-collage", "rot-complement-collage", "ap-gauss-vs-empirical")
+HEAD_NUMBERS = ("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles",
+                "ap-gauss-vs-empirical")
 
 
 def _chromium() -> str | None:
@@ -116,12 +117,11 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
     empty = [fid for fid, n in state["marks"].items() if n <= 0]
     assert empty == [], f"charts without marks: {empty}"
     for fid, keys in state["tooltips"].items():
-        if fid.startswith(NO_MODEL_TOOLTIP):
-            continue
-        assert "model" in keys, (fid, keys)
+        # every tooltip names the model by its label and its id
+        assert "model" in keys and "model id" in keys, (fid, keys)
         if fid.startswith(HEAD_LEVEL):
             assert "head" in keys, (fid, keys)
-        if fid.startswith(("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles")):
+        if fid.startswith(HEAD_NUMBERS):
             assert "layer" in keys and "query head" in keys, (fid, keys)
     errors = [text for kind, text in console if kind == "error"]
     assert errors == [], errors

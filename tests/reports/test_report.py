@@ -1,10 +1,13 @@
 """`qkwh report` on the fixture warehouse: every expected figure file, a self-contained index.html,
-figures without data left out with a reason, and the figures the fixture cannot feed (training
+figures without data left out with a reason, intervals drawn and explained, models told apart by
+their labels, figures reading marts only, and the figures the fixture cannot feed (training
 dynamics, published comparison, benchmarks) drawn from hand-filled mart rows."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -14,19 +17,20 @@ import duckdb
 import pytest
 
 from qkwh.errors import NotFoundError, QkwhError
+from qkwh.reports.base import MARTS, Marts
 from qkwh.reports.render import CATALOGUE, render
+from tests.conftest import REPO
+from tests.reports.conftest import MODEL, SYNTH, SYNTH_LABEL
 
-MODEL = "smollm2-135m"
-
-# Every figure the fixture (one model, 12 heads, no checkpoints, no published values, no
-# benchmark scores) has data for.
+PER_MODEL = ("pca-collage", "rot-ab-collage", "rot-complement-collage", "ap-heatmap", "ap-head-profiles")
+# Every figure the fixture (two models, no checkpoints, no published values, no benchmark scores)
+# has data for.
 EXPECTED = {
     "pca-pc-roles", "pca-rq-rk-scatter", "pca-depth-rq0", "pca-depth-rk0", "pca-explained-variance",
-    f"pca-collage-{MODEL}", "pca-taxonomy",
-    f"rot-ab-collage-{MODEL}", "rot-abs-r", "rot-variance", "rot-bias-distribution", "rot-slope-ratio",
-    "rot-depth-abs-rka", "rot-depth-bias", "rot-bias-vs-separation", f"rot-complement-collage-{MODEL}",
-    f"ap-heatmap-{MODEL}", f"ap-head-profiles-{MODEL}", "ap-component-weights", "ap-decile-profiles",
-}
+    "pca-taxonomy", "rot-abs-r", "rot-variance", "rot-bias-distribution", "rot-slope-ratio",
+    "rot-depth-abs-rka", "rot-depth-bias", "rot-bias-vs-separation", "ap-component-weights",
+    "ap-decile-profiles", "ap-forest", "ap-gauss-vs-empirical",
+} | {f"{fig}-{m}" for fig in PER_MODEL for m in (MODEL, SYNTH)}
 LEFT_OUT = {  # id -> a word the reason must contain
     "train-bias-decomposition": "checkpoint", "train-rotation": "checkpoint",
     "train-plasticity": "checkpoint", "train-pca": "checkpoint", "train-taxonomy": "checkpoint",
@@ -76,20 +80,36 @@ def test_every_expected_figure_file_exists(fixture_report):
     assert names == {p for f in r.figures for p in (f.png.name, f.svg.name, f.spec.name)}
 
 
-FAMILY_LEGEND = ("pca-pc-roles", "pca-rq-rk-scatter", "pca-explained-variance", "rot-slope-ratio",
-                 "rot-bias-vs-separation", "ap-component-weights", "ap-decile-profiles")
+# cross-model figures with a colour per model and a legend that picks models
+MODEL_LEGEND = ("pca-pc-roles", "pca-rq-rk-scatter", "pca-explained-variance", "rot-slope-ratio",
+                "rot-bias-vs-separation", "ap-component-weights", "ap-decile-profiles",
+                "ap-gauss-vs-empirical")
+# cross-model figures whose models sit on an axis or in panels, named by their label
+MODEL_AXIS = ("pca-depth-rq0", "pca-depth-rk0", "pca-taxonomy", "rot-abs-r", "rot-variance",
+              "rot-bias-distribution", "rot-depth-abs-rka", "rot-depth-bias", "ap-forest")
 
 
-def test_family_legends_filter_and_axes_have_titles(fixture_report):
+def test_model_legends_filter_and_axes_have_titles(fixture_report):
     specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
-    for fid in FAMILY_LEGEND:
-        text = json.dumps(specs[fid])
-        assert '"bind": "legend"' in text and '"family"' in text, fid
+    for fid in MODEL_LEGEND:
+        sels = [p for p in _params(specs[fid]) if isinstance(p.get("select"), dict)]
+        assert any(p.get("bind") == "legend" and p["select"].get("fields") == ["model"] for p in sels), fid
     for fid, spec in specs.items():  # every positional channel carries a title
         for enc in _encodings(spec):
             for ch in ("x", "y"):
                 if isinstance(enc.get(ch), dict) and "field" in enc[ch]:
                     assert "title" in enc[ch], (fid, ch, enc[ch])  # set explicitly (null = in subtitle)
+
+
+def _params(node):
+    if isinstance(node, dict):
+        for p in node.get("params") or []:
+            yield p
+        for v in node.values():
+            yield from _params(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _params(v)
 
 
 def _encodings(node):
@@ -171,9 +191,12 @@ def filled_warehouse(report_warehouse, tmp_path_factory) -> Path:
         for i, (mid, phase, rank, step) in enumerate(CKPTS):
             f = 1.0 + 0.2 * i
             con.execute(
-                "INSERT INTO model_summary BY NAME SELECT * REPLACE (? AS model_id, 'SmolLM3' AS family, "
-                "? AS checkpoint_phase, ? AS trajectory_rank, ? AS checkpoint_step) "
-                "FROM model_summary WHERE model_id = ?", [mid, phase, rank, step, MODEL])
+                "INSERT INTO model_summary BY NAME SELECT * REPLACE (? AS model_id, ? AS label, "
+                "'SmolLM3' AS family, ? AS checkpoint_phase, ? AS trajectory_rank, ? AS checkpoint_step) "
+                "FROM model_summary WHERE model_id = ?", [mid, mid, phase, rank, step, MODEL])
+            con.execute(
+                "INSERT INTO model_metric_ci BY NAME SELECT * REPLACE (? AS model_id, ? AS label) "
+                "FROM model_metric_ci WHERE model_id = ?", [mid, mid, MODEL])
             con.execute(
                 """INSERT INTO training_trajectory BY NAME SELECT
                    'SmolLM3' AS family, ? AS model_id, ? AS checkpoint_phase, ? AS trajectory_rank,
@@ -230,6 +253,16 @@ def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(fill
     assert list(r.models) == [MODEL] + [c[0] for c in CKPTS]
     # the fake checkpoints have no vectors: their per-model figures are left out, not broken
     assert any(s.id == "ap-heatmap-ckpt-a" for s in r.skipped)
+    # every checkpoint panel draws its values with intervals (copied from the sample's rows) and
+    # the caption says what they are; the benchmark figure gives r with both intervals
+    figs = {f.id: f for f in r.figures}
+    for fid in ("train-bias-decomposition", "train-rotation", "train-plasticity", "train-pca",
+                "train-taxonomy", "pub-comparison", "ap-drop-vs-benchmark"):
+        assert '"errorbar"' in figs[fid].spec.read_text(), fid
+        assert "layer-cluster bootstrap" in figs[fid].caption, (fid, figs[fid].caption)
+    bench = figs["ap-drop-vs-benchmark"].caption
+    assert "r = -1.00 (n = 3)" in bench and "two-stage bootstrap [-1.00, -0.50]" in bench, bench
+    assert "Fisher-z interval n/a" in bench
 
 
 def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse, tmp_path, monkeypatch):
@@ -253,3 +286,188 @@ def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse,
     assert "1 figure(s) failed to render" in r.stderr
     assert (tmp_path / "rep" / "index.html").exists()
     assert (tmp_path / "rep" / "figures" / f"{first.key}.png").exists()
+
+
+# ------------------------------------------------------------------------------------------
+# intervals, the forest plot, Gaussian vs empirical, models told apart
+# ------------------------------------------------------------------------------------------
+
+# figures that draw a model-level value with its interval
+INTERVAL_FIGURES = ("pca-pc-roles", "pca-explained-variance", "pca-taxonomy", "rot-abs-r",
+                    "rot-variance", "rot-bias-distribution", "rot-slope-ratio",
+                    f"ap-head-profiles-{MODEL}", "ap-decile-profiles", "ap-forest",
+                    "ap-gauss-vs-empirical")
+
+
+def _query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def _records(spec: dict) -> list[dict]:
+    """Every inline data record of a spec (top-level datasets and inline values)."""
+    out = [r for rows in (spec.get("datasets") or {}).values() for r in rows]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("data"), dict) and isinstance(node["data"].get("values"), list):
+                out.extend(node["data"]["values"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(spec)
+    return out
+
+
+def test_captions_say_what_the_interval_is(fixture_report, report_warehouse):
+    [(level, n_boot, method)] = _query(report_warehouse,
+                                       "SELECT DISTINCT level, n_boot, method FROM model_metric_ci")
+    assert method == "layer_cluster_bootstrap_percentile"
+    [(note,)] = _query(report_warehouse, "SELECT DISTINCT note FROM model_metric_ci WHERE model_id = ? "
+                                         "AND ci_low IS NULL", [SYNTH])
+    figs = {f.id: f for f in fixture_report.figures}
+    for fid in INTERVAL_FIGURES:
+        cap, text = figs[fid].caption, figs[fid].spec.read_text()
+        assert f"{100 * level:.0f} % layer-cluster bootstrap percentile interval" in cap, (fid, cap)
+        assert f"B = {n_boot:,} replicates" in cap and "layers are redrawn with replacement" in cap, fid
+        assert '"ci_low"' in text and ('"errorbar"' in text or '"area"' in text or '"rect"' in text), fid
+        # the 4-layer model has no interval: drawn hollow, and the caption says why
+        if fid not in (f"ap-head-profiles-{MODEL}",):
+            assert f"No interval (hollow mark) for {SYNTH_LABEL}: {note}." in cap, (fid, cap)
+    # any figure with error bars explains them
+    for f in fixture_report.figures:
+        if '"errorbar"' in f.spec.read_text():
+            assert "interval" in f.caption and "B = " in f.caption, f.id
+    # the figure without intervals says so
+    assert "without an interval" in figs["ap-component-weights"].caption
+
+
+def test_forest_plot_order_and_intervals_come_from_the_marts(fixture_report, report_warehouse):
+    order = _query(report_warehouse, "SELECT model_id, label FROM model_summary "
+                                     "WHERE ap_drop IS NOT NULL ORDER BY ap_drop DESC")
+    assert len(order) == 2 and order[0][1] != order[1][1]
+    spec = json.loads(next(f for f in fixture_report.figures if f.id == "ap-forest").spec.read_text())
+    sorts = [enc["y"]["sort"] for enc in _encodings(spec)
+             if isinstance(enc.get("y"), dict) and enc["y"].get("field") == "model"]
+    assert sorts and all(s == [label for _, label in order] for s in sorts), sorts
+    ci = {(m, metric): (lo, hi) for m, metric, lo, hi in _query(
+        report_warehouse, "SELECT model_id, metric, ci_low, ci_high FROM model_metric_ci "
+                          "WHERE metric IN ('ap_drop', 'ap_overall')")}
+    drawn = [r for r in _records(spec) if "metric" in r and "ci_low" in r]
+    assert len(drawn) == 4
+    for r in drawn:
+        metric = "ap_drop" if r["metric"].startswith("ap_drop") else "ap_overall"
+        assert (r["ci_low"], r["ci_high"]) == ci[(r["model_id"], metric)], r
+    assert any(r["model_id"] == SYNTH and r["ci_low"] is None for r in drawn)
+    assert any(r["model_id"] == MODEL and r["ci_low"] < r["value"] < r["ci_high"] for r in drawn)
+
+
+def test_gauss_vs_empirical_is_drawn_with_empirical_results_and_left_out_without(
+        fixture_report, report_warehouse, tmp_path):
+    fig = next(f for f in fixture_report.figures if f.id == "ap-gauss-vs-empirical")
+    spec = json.loads(fig.spec.read_text())
+    n_buckets = _query(report_warehouse, "SELECT count(*) FROM plasticity_buckets_gap")[0][0]
+    buckets = [r for r in _records(spec) if "ap_bucket_empirical" in r]
+    assert 0 < len(buckets) == n_buckets
+    assert {r["model"] for r in buckets} == {MODEL, SYNTH_LABEL}
+    text = json.dumps(spec)
+    assert '"gauss_gap"' in text and '"depth_bin"' in text
+    # no empirical results: left out with a note saying how to get them
+    db = tmp_path / "no-empirical.duckdb"
+    shutil.copy(report_warehouse, db)
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("DELETE FROM plasticity_buckets_gap")
+    finally:
+        con.close()
+    r = render(db, out=tmp_path / "r", figures=["ap-gauss-vs-empirical"], formats=("svg",))
+    assert r.figures == ()
+    [skip] = r.skipped
+    assert skip.id == "ap-gauss-vs-empirical" and "plasticity.empirical=true" in skip.reason
+    assert "plasticity.empirical=true" in r.index.read_text()
+
+
+def test_models_are_told_apart_by_colour_and_named_by_label(fixture_report, report_warehouse):
+    assert _query(report_warehouse, "SELECT label, family FROM model_summary WHERE model_id = ?",
+                  [SYNTH]) == [(SYNTH_LABEL, "Synthetic")]
+    specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
+    for fid in MODEL_LEGEND:
+        colors = [enc["color"] for enc in _encodings(specs[fid])
+                  if isinstance(enc.get("color"), dict) and enc["color"].get("field") == "model"]
+        assert colors, fid
+        for c in colors:
+            assert c["scale"]["domain"] == [MODEL, SYNTH_LABEL], (fid, c["scale"])
+            assert len(set(c["scale"]["range"])) == 2, (fid, c["scale"])
+        records = _records(specs[fid])
+        assert any(r.get("model") == SYNTH_LABEL and r.get("model_id") == SYNTH for r in records), fid
+    for fid in MODEL_AXIS:
+        fields = [enc[ch] for enc in _encodings(specs[fid]) for ch in ("x", "y")
+                  if isinstance(enc.get(ch), dict) and enc[ch].get("field") == "model"]
+        fields += [specs[fid].get("facet", {}).get("row", {})] if "facet" in specs[fid] else []
+        assert any(SYNTH_LABEL in (f.get("sort") or []) for f in fields), fid
+        assert SYNTH_LABEL in json.dumps(_records(specs[fid])), fid
+
+
+# ------------------------------------------------------------------------------------------
+# reports read marts only (raw vectors and axes through the one reader)
+# ------------------------------------------------------------------------------------------
+
+REPORTS_DIR = REPO / "qkwh" / "reports"
+READER = "vectors.py"
+READER_TABLES = {"files", "rotation_axes", "pca_axes", "read_parquet"}
+_RELATION = re.compile(r"\b(?:FROM|JOIN)\s+(\"?)([A-Za-z_][\w.]*)\1", re.IGNORECASE)
+
+
+def test_the_mart_list_is_the_dbt_projects():
+    marts = {p.stem for p in (REPO / "dbt_project" / "models" / "marts").iterdir()
+             if p.suffix in (".sql", ".py")}
+    assert MARTS == marts
+
+
+def test_every_report_query_reads_a_mart_or_goes_through_the_vector_reader(recorded_report):
+    _, log = recorded_report
+    seen: dict[str, set[str]] = {}
+    for caller, sql in log:
+        path = Path(caller)
+        assert path.parent == REPORTS_DIR, f"SQL run from outside the report layer's readers: {caller}"
+        rels = {m.group(2) for m in _RELATION.finditer(sql)}
+        seen.setdefault(path.name, set()).update(rels)
+        if path.name == READER:
+            assert rels <= READER_TABLES, (sql, rels - READER_TABLES)
+        else:
+            assert path.name == "base.py", f"{path.name} runs SQL itself: {sql}"
+            bad = {r for r in rels if r not in MARTS and not r.startswith("information_schema.")}
+            assert not bad, (sql, bad)
+    # the render did read marts (intervals included) and the collages' vectors and axes
+    assert {"model_summary", "model_metric_ci", "head_metrics", "head_rotation_pairs"} <= seen["base.py"]
+    assert {"files", "rotation_axes", "pca_axes", "read_parquet"} <= seen[READER]
+
+
+def test_figure_modules_never_touch_the_connection():
+    for path in sorted(REPORTS_DIR.glob("*.py")):
+        if path.name in ("base.py", READER):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("con", "_query"), f"{path.name}:{node.lineno} uses .{node.attr}"
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not re.search(r"\bSELECT\b.*\bFROM\b", node.value, re.S), \
+                    f"{path.name}:{node.lineno} holds SQL"
+
+
+def test_marts_rows_refuses_anything_but_a_mart(report_warehouse):
+    con = duckdb.connect(str(report_warehouse), read_only=True)
+    try:
+        marts = Marts(con, [MODEL])
+        for name in ("rotation_pairs", "files", "stg_models", "int_models", "heads"):
+            with pytest.raises(ValueError, match="marts only"):
+                marts.rows(name)
+        assert marts.rows("head_rotation_pairs", "model_id = ?", [MODEL])
+    finally:
+        con.close()
