@@ -177,10 +177,12 @@ FIGURES: tuple[FigureDef, ...] = (
               "Each mark is a head (colour = model, shape = family); families occupy distinct "
               "regions of the (r_q, r_k) plane (qk-pca/02).", ("head_taxonomy",), rq_rk_scatter),
     FigureDef("pca-depth-rq0", SECTION, "Layer-depth heatmap of r_q0",
-              "Mean query PC0–position correlation per model and relative depth (qk-pca/03).",
+              "Mean query PC0–position correlation per model and relative depth (qk-pca/03); "
+              "cells are means over the heads of a depth bin, drawn without an interval.",
               ("head_taxonomy",), depth_rq0),
     FigureDef("pca-depth-rk0", SECTION, "Layer-depth heatmap of r_k0",
-              "Mean key PC0–position correlation per model and relative depth (qk-pca/04).",
+              "Mean key PC0–position correlation per model and relative depth (qk-pca/04); "
+              "cells are means over the heads of a depth bin, drawn without an interval.",
               ("head_taxonomy",), depth_rk0),
     FigureDef("pca-explained-variance", SECTION, "Explained variance per principal component",
               "Mean explained-variance ratio of each PC of the pooled Q+K PCA (qk-pca/05).",

@@ -160,9 +160,11 @@ def component_weights(marts: Marts) -> alt.FacetChart:
                             alt.Tooltip("component_r2:Q", title="mean R²", format=".3f"),
                             alt.Tooltip("n_heads:Q", title="heads"))
     if one_model:
-        layer = base.mark_bar(binSpacing=1).encode(
-            x=alt.X("component:Q", bin=alt.Bin(step=1), title=xtitle),
-            color=look.color(), opacity=look.opacity(), tooltip=tooltip).add_params(look.selection)
+        # one bar per dimension [i, i + 1): x2 instead of a bin, so each panel keeps its own range
+        layer = base.transform_calculate(component_end="datum.component + 1").mark_rect(
+            stroke="white", strokeWidth=0.5).encode(
+            x2="component_end:Q", y2=alt.datum(0), color=look.color(), opacity=look.opacity(),
+            tooltip=tooltip).add_params(look.selection)
         layers = [layer]
     else:
         line = base.mark_line(strokeWidth=1.6).encode(color=look.color(), opacity=look.opacity())
@@ -465,7 +467,8 @@ FIGURES: tuple[FigureDef, ...] = (
                                               "model_metric_ci"), drop_vs_benchmark),
     FigureDef("ap-gauss-vs-empirical", SECTION, "Gaussian vs empirical plasticity",
               "Per-bucket Gaussian against empirical plasticity with the identity line, the gap by "
-              "layer depth, and each model's gap with its interval.",
+              "layer depth (means over the heads of a depth bin, without an interval), and each "
+              "model's gap with its interval.",
               ("plasticity_buckets_gap", "head_metrics", "model_summary", "model_metric_ci"),
               gauss_vs_empirical),
 )

@@ -358,10 +358,12 @@ FIGURES: tuple[FigureDef, ...] = (
               "Median |alpha_k| / |alpha_q| per model, with intervals (qk-rotation/05).",
               ("model_summary", "model_metric_ci"), slope_ratio),
     FigureDef("rot-depth-abs-rka", SECTION, "Layer-depth heatmap of |r_k_a|",
-              "Mean |r_k_a| per model and relative depth (qk-rotation/06, left).",
+              "Mean |r_k_a| per model and relative depth (qk-rotation/06, left); cells are means "
+              "over the heads of a depth bin, drawn without an interval.",
               (HEAD_MART,), depth_abs_rka),
     FigureDef("rot-depth-bias", SECTION, "Layer-depth heatmap of bias_strength",
-              "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right).",
+              "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right); cells "
+              "are means over the heads of a depth bin, drawn without an interval.",
               (HEAD_MART,), depth_bias),
     FigureDef("rot-bias-vs-separation", SECTION, "bias_strength vs separation_strength",
               "Per-head scatter with within-model fits and Pearson r with intervals (Simpson's "
