@@ -471,3 +471,34 @@ def test_marts_rows_refuses_anything_but_a_mart(report_warehouse):
         assert marts.rows("head_rotation_pairs", "model_id = ?", [MODEL])
     finally:
         con.close()
+
+
+def test_model_colours_are_distinct_shades_of_the_family_colour():
+    import colorsys
+
+    from qkwh.reports.base import FAMILY_COLORS, model_look
+
+    con = duckdb.connect()
+    try:
+        con.execute("CREATE TABLE model_summary (model_id VARCHAR, label VARCHAR, family VARCHAR)")
+        con.execute("INSERT INTO model_summary VALUES ('q-a', 'Qwen A', 'Qwen3'), ('q-b', 'Qwen B', 'Qwen3'), "
+                    "('q-c', 'q-c', 'Qwen3'), ('x-1', 'same', NULL), ('x-2', 'same', NULL), "
+                    "('l-1', 'Llama', 'Llama3.2')")
+        marts = Marts(con, ["l-1", "q-a", "q-b", "q-c", "x-1", "x-2"])
+        look = model_look(marts)
+    finally:
+        con.close()
+    # labels name the models; a label two models share gets the id appended
+    assert look.models == ("Llama", "Qwen A", "Qwen B", "q-c", "same (x-1)", "same (x-2)")
+    assert len(set(look.colors)) == len(look.colors)
+    colours = dict(zip(look.models, look.colors))
+    assert colours["Llama"] == FAMILY_COLORS["Llama3.2"]  # alone in its family: the family colour
+
+    def hue(c: str) -> float:
+        return colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+
+    qwen = [colours[m] for m in ("Qwen A", "Qwen B", "q-c")]
+    assert all(abs(hue(c) - hue(FAMILY_COLORS["Qwen3"])) < 0.02 for c in qwen)
+    # models without a family are not grouped: each has its own hue
+    assert abs(hue(colours["same (x-1)"]) - hue(colours["same (x-2)"])) > 0.02
+    assert look.families == ("Llama3.2", "Qwen3", "unknown")
