@@ -338,43 +338,49 @@ def report(
 
 @app.command()
 @_friendly
-def demo(warehouse: WarehouseOpt = None) -> None:
+def demo(
+    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
+) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 
-    A fresh warehouse, then ingest, compute, dbt build and the report.
+    Ingest the sample capture (SmolLM2-135M, 12 query heads), compute its heads, build the marts
+    and draw the report, in the demo's own warehouse and report folder unless told otherwise.
+    In a warehouse holding other models only the sample model is added or refreshed: no model is
+    dropped or recomputed, and the file is never deleted.  Everything is checked before anything
+    is written.
     """
     import time
 
     from qkwh import store
-    from qkwh.paths import SAMPLE_DIR
-
-    wh = store.resolve_warehouse(warehouse)
-    for suffix in ("", ".wal"):
-        p = Path(str(wh) + suffix)
-        if p.exists():
-            p.unlink()
-    t0 = time.perf_counter()
-    from qkwh.ingest import ingest as run_ingest
-
-    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
-    out.print(f"[bold]ingest[/]  {rep.summary()}")
-    from qkwh.compute.runner import compute as run_compute
-
-    crep = run_compute(wh)
-    out.print(f"[bold]compute[/] {crep.n_written} heads x (pca, rotation, plasticity); "
-              f"{len(crep.failures)} failed")
-    if crep.failures:
-        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
     from qkwh.build import build as run_build
-
-    res = run_build(wh)
-    out.print(f"[bold]build[/]   {res.summary}")
+    from qkwh.compute.runner import compute as run_compute
+    from qkwh.demo import SAMPLE_MODEL_ID, prepare
+    from qkwh.ingest import ingest as run_ingest
+    from qkwh.paths import SAMPLE_DIR
     from qkwh.reports.render import render
 
-    rr = render(wh, out=None, models=None)
+    plan = prepare(warehouse, out_dir)
+    wh = plan.warehouse
+    if plan.other_models:
+        out.print(f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
+                  f"the demo adds or refreshes only {SAMPLE_MODEL_ID}", highlight=False)
+    t0 = time.perf_counter()
+    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
+    out.print(f"[bold]ingest[/]  {rep.summary()}")
+    crep = run_compute(wh, models=[rep.model_id])
+    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed (pca, rotation, plasticity), "
+              f"{crep.n_skipped} unchanged, {len(crep.failures)} failed")
+    if crep.failures:
+        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
+    res = run_build(wh)
+    out.print(f"[bold]build[/]   {res.summary}")
+    if plan.replaces_report:
+        out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
+    rr = render(wh, out=plan.report_dir, models=[rep.model_id])
     con = store.connect(wh, read_only=True)
     try:
-        rows = con.execute(store.load_sql("demo_summary")).fetchall()
+        rows = con.execute(store.load_sql("demo_summary"), [rep.model_id]).fetchall()
     finally:
         con.close()
     table = Table("model_id", "heads", "taxonomy (most common)", "mean |r_k_a|", "mean bias_strength",

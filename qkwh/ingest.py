@@ -1,4 +1,4 @@
-"""Register a sniffed dataset in the warehouse (issue: foundation; spec §1).
+"""Register a sniffed dataset in the warehouse (the input format: docs/input-format.md).
 
 Everything is read and checked before the warehouse is touched; the catalog of the model is then
 replaced in one transaction.  The same source twice changes nothing.
@@ -17,6 +17,7 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError
+from qkwh.ids import check_model_id
 from qkwh.registry import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
@@ -206,7 +207,13 @@ def ingest(
     registry: dict[str, ModelEntry] | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> IngestReport:
-    """Validate ``source`` and (re)place its model's catalog in the warehouse."""
+    """Validate ``source`` and (re)place its model's catalog in the warehouse.
+
+    An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
+    anything is read or opened; an id found in the registry is checked before anything is written.
+    """
+    if model_id is not None:
+        check_model_id(model_id, origin="--model-id")
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
     root, origin = resolve_source(source, cache_dir=cache_dir)
@@ -218,6 +225,7 @@ def ingest(
         stats = scan_files(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source)
+        check_model_id(facts.model_id, origin=f"{source}: registry model id")
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
