@@ -1,7 +1,8 @@
 """Build hook: bundle the files qkwh reads at run time into the wheel, as ``qkwh/_data/``.
 
 git keeps one copy of them where the repository layout puts them (``warehouse/schema.sql``, the
-embedded sample under ``warehouse/sample/``, ``configs/``, ``dbt_project/``).  Building the
+embedded sample under ``warehouse/sample/``, ``configs/``, ``dbt_project/``, and the
+documentation in ``docs/``, so an installed qkwh can point at it).  Building the
 package copies them into the build folder, never into the source tree, and ``qkwh.paths`` finds
 them with ``importlib.resources``.  An editable install (``make install``) copies nothing: the
 package then reads them from the repository.  Everything else is in ``pyproject.toml``.
@@ -17,7 +18,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # repository path -> the same path under qkwh/_data in the wheel
-BUNDLED = ("warehouse/schema.sql", "warehouse/sample", "configs", "dbt_project")
+BUNDLED = ("warehouse/schema.sql", "warehouse/sample", "configs", "dbt_project", "docs")
 # what dbt and local runs leave behind in a working copy
 SKIPPED = shutil.ignore_patterns("target", "logs", ".user.yml", "__pycache__", "*.pyc",
                                  "*.duckdb", "*.duckdb.*", "dbt_packages", "*.dbt")

@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from qkwh.errors import QkwhError
+from qkwh.paths import DOCS_DIR
 
 app = typer.Typer(
     help="qkwh: a DuckDB warehouse of sniffed post-RoPE Q/K vectors and the attention-geometry "
-    "metrics computed from them (PCA, planar rotation, attention plasticity).",
+    "metrics computed from them (PCA, planar rotation, attention plasticity).  Tables, metrics "
+    f"and the input format are documented in {DOCS_DIR} (docs/ of the repository).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -25,7 +27,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 WarehouseOpt = Annotated[
     Optional[Path],
-    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else warehouse/qkwh.duckdb)."),
+    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory)."),
 ]
 
 
@@ -55,13 +57,13 @@ def _friendly(fn):
 @_friendly
 def ingest(
     source: Annotated[str, typer.Argument(help="A sniffed dataset folder, or hf://datasets/OWNER/NAME@BRANCH.")],
-    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under (needed when the model is not in configs/models.csv).")] = None,
+    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv): letters, digits, '.', '_', '-'.")] = None,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for Hub sources (default: the HF cache).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Validate a sniffed dataset and register it in the warehouse.
 
-    Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (spec §1.6), and replaces the model's
+    Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (docs/input-format.md), and replaces the model's
     catalog (models, files, heads, ingest_findings, the vectors view) in one transaction.
     Ingesting the same source twice changes nothing.
     """
@@ -160,12 +162,12 @@ def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
     analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: CPU count; 1 = in-process).")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML (default: configs/run.yaml).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run the per-head analyses (spec §2) for every head with a q and a k file.
+    """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
@@ -316,7 +318,7 @@ def export(
 @_friendly
 def report(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: reports/latest).")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Render the figures into an offline HTML report plus PNG/SVG.

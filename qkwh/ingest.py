@@ -92,7 +92,7 @@ def resolve_facts(
     registry: dict[str, ModelEntry],
     source: str,
 ) -> tuple[ModelFacts, list[Finding]]:
-    """Combine --model-id, the registry and the dataset metadata (spec §1.4, §2.3.8c)."""
+    """Combine --model-id, the registry and the dataset metadata (docs/input-format.md#which-model-and-its-facts)."""
     findings: list[Finding] = []
     entry = registry.get(model_id) if model_id else match(
         registry, candidates=[*names, meta.get_str("dataset_branch") or ""], hf_model=meta.model_name)
@@ -103,7 +103,7 @@ def resolve_facts(
                 f"model name {meta.model_name!r}); pass --model-id ID")
         model_id = entry.model_id
 
-    # head counts: metadata first (spec §1.4), then the registry
+    # head counts: metadata first, then the registry
     n_q = meta.get_int("head_sampling_num_query_heads", "num_attention_heads")
     n_kv = meta.get_int("head_sampling_num_key_heads", "num_key_value_heads")
     if entry is not None:

@@ -1,10 +1,11 @@
 """Where qkwh finds its own files, and where it writes by default.
 
-Run-time files (the warehouse schema, the model registry, the run defaults, the dbt project and
-the embedded sample) are found with :mod:`importlib.resources`:
+Run-time files (the warehouse schema, the model registry, the run defaults, the dbt project, the
+embedded sample and the documentation) are found with :mod:`importlib.resources`:
 
 * an installed wheel carries them as package data in ``qkwh/_data/`` (the build copies the
-  repository's ``warehouse/``, ``configs/`` and ``dbt_project/`` there, see ``setup.py``);
+  repository's ``warehouse/``, ``configs/``, ``dbt_project/`` and ``docs/`` there, see
+  ``setup.py``);
 * a clone (``make install`` is an editable install) has no ``qkwh/_data/``, and the same files
   are read where the repository keeps them, one level above the package.
 
@@ -46,6 +47,7 @@ REGISTRY_CSV = CONFIG_DIR / "models.csv"
 RUN_CONFIG_YAML = CONFIG_DIR / "run.yaml"
 DBT_PROJECT_DIR = DATA_ROOT / "dbt_project"
 SAMPLE_DIR = DATA_ROOT / "warehouse" / "sample" / "smollm2-135m"
+DOCS_DIR = DATA_ROOT / "docs"  # tables, metrics, input format (the help texts cite these pages)
 
 # Defaults relative to the working directory (resolved when used, never inside the package).
 DEFAULT_WAREHOUSE = Path("qkwh.duckdb")

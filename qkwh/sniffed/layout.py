@@ -1,4 +1,4 @@
-"""The sniffer's on-disk layout (spec §1.1): ``<root>/l{LL}h{HH}{q|k}/data.parquet``."""
+"""The sniffer's on-disk layout (docs/input-format.md): ``<root>/l{LL}h{HH}{q|k}/data.parquet``."""
 
 from __future__ import annotations
 

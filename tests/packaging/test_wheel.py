@@ -32,7 +32,7 @@ LEFTOVERS = ("dbt_project/target/manifest.json", "dbt_project/logs/dbt.log", "db
 def _bundled_sources() -> set[str]:
     """Repository files the wheel must carry under qkwh/_data (relative paths)."""
     out = {"warehouse/schema.sql"}
-    for folder in ("warehouse/sample", "configs", "dbt_project"):
+    for folder in ("warehouse/sample", "configs", "dbt_project", "docs"):
         for p in (REPO / folder).rglob("*"):
             rel = p.relative_to(REPO)
             if p.is_file() and not any(part in ("target", "logs", "__pycache__") for part in rel.parts) \
@@ -61,7 +61,8 @@ def test_wheel_carries_the_run_time_files_and_no_leftovers(wheel: Path):
     bundled = {n[len(DATA):] for n in names if n.startswith(DATA)}
     assert bundled == _bundled_sources()
     for must in ("dbt_project/dbt_project.yml", "dbt_project/profiles.yml", "configs/models.csv",
-                 "configs/run.yaml", "warehouse/sample/smollm2-135m/_saver_state.json"):
+                 "configs/run.yaml", "warehouse/sample/smollm2-135m/_saver_state.json",
+                 "docs/README.md", "docs/metrics/plasticity.md"):
         assert must in bundled
     assert {f"qkwh/sql/{p.name}" for p in (REPO / "qkwh" / "sql").glob("*.sql")} <= names
     assert not [n for n in names if "/target/" in n or "/logs/" in n or n.endswith((".user.yml", ".duckdb", ".pyc"))]
