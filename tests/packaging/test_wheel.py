@@ -22,9 +22,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DATA = "qkwh/_data/"
 # what a working copy may hold that is not part of the package source
-_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                                     ".pytest_cache", "*.duckdb", "*.duckdb.wal", "*.dbt", "target",
-                                     "logs", ".user.yml", "results", "export")
+_IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+                                  ".pytest_cache", "*.duckdb", "*.duckdb.wal", "*.dbt", "target",
+                                  "logs", ".user.yml", "results", "export")
+
+
+def _not_source(folder: str, names: list[str]) -> set[str]:
+    ignored = set(_IGNORED(folder, names))
+    if Path(folder) == REPO / "reports":  # generated reports
+        ignored |= {n for n in names if (Path(folder) / n).is_dir()}
+    return ignored
 LEFTOVERS = ("dbt_project/target/manifest.json", "dbt_project/logs/dbt.log", "dbt_project/.user.yml",
              "warehouse/qkwh.duckdb", "configs/__pycache__/x.pyc")
 
@@ -44,7 +51,7 @@ def _bundled_sources() -> set[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src") / "qkwh"
-    shutil.copytree(REPO, src, ignore=_NOT_SOURCE)
+    shutil.copytree(REPO, src, ignore=_not_source)
     for rel in LEFTOVERS:  # a developer's working copy: none of this may reach the wheel
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text("leftover")
