@@ -16,6 +16,7 @@ checks are off, so nothing touches the network.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -122,20 +123,24 @@ def build(
     target_dir: Path | None = None,
     threads: int | None = None,
     log_sink: LogSink | None = None,
+    dbt_vars: dict[str, Any] | None = None,
 ) -> BuildResult:
     """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
 
     WAREHOUSE is the DuckDB file (the CLI resolves --warehouse, then $QKWH_WAREHOUSE, then
     ./qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary" or
-    "plasticity_profile+"); --full-refresh rebuilds everything from scratch.  dbt writes into
+    "head_metrics+"); --full-refresh rebuilds everything from scratch.  dbt writes into
     :func:`dbt_work_dir` unless TARGET_DIR names the target folder (its parent then holds logs/
     and profiles.yml).  The warehouse must not be open for writing in another process while the
     build runs.
 
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
+    ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
     """
     args = ["build"]
+    if dbt_vars:
+        args += ["--vars", json.dumps(dbt_vars)]
     if select:
         args += ["--select", select]
     if full_refresh:

@@ -56,25 +56,77 @@ def _friendly(fn):
 @app.command()
 @_friendly
 def ingest(
-    source: Annotated[str, typer.Argument(help="A sniffed dataset folder, or hf://datasets/OWNER/NAME@BRANCH.")],
-    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv): letters, digits, '.', '_', '-'.")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for Hub sources (default: the HF cache).")] = None,
+    sources: Annotated[list[str], typer.Argument(help="Sniffed dataset folder(s), or hf://datasets/OWNER/NAME@BRANCH (several branches: list them, or --all-branches).")],
+    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.")] = None,
+    remote: Annotated[bool, typer.Option("--remote", help="Catalog Hub branches in place: read the listing, metadata, parquet footers and integer columns over the network, store hf:// URIs; nothing is downloaded and compute workers stream their own files.")] = False,
+    all_branches: Annotated[bool, typer.Option("--all-branches", help="Ingest every branch of each hf://datasets/OWNER/NAME given (one progress bar; branches whose commit is already cataloged are skipped).")] = False,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).")] = None,
+    label: Annotated[Optional[str], typer.Option("--label", help="Display name of the model in reports and marts (default: the model id; one source only).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Validate a sniffed dataset and register it in the warehouse.
+    """Validate sniffed datasets and register them in the warehouse.
 
     Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (docs/input-format.md), and replaces the model's
     catalog (models, files, heads, ingest_findings, the vectors view) in one transaction.
-    Ingesting the same source twice changes nothing.
+    Ingesting the same source twice changes nothing.  With several sources (or --all-branches)
+    each is ingested on its own: a failing one is reported and the others go on.
     """
-    from qkwh.ingest import ingest as run
+    from qkwh.errors import InputError
 
-    report = run(source, warehouse=warehouse, model_id=model_id, cache_dir=cache_dir,
-                 on_progress=lambda m: err.print(m, style="dim"))
+    if len(sources) == 1 and not all_branches:
+        from qkwh.ingest import ingest as run
+
+        report = run(sources[0], warehouse=warehouse, model_id=model_id, cache_dir=cache_dir, remote=remote,
+                     family=family, label=label, on_progress=lambda m: err.print(m, style="dim"))
+        _print_ingest(report)
+        return
+    if model_id is not None:
+        raise InputError("--model-id names one model: give one source (branches take their ids from the registry)")
+    if family is not None or label is not None:
+        raise InputError("--family / --label describe one model: give one source")
+    _ingest_many(sources, all_branches=all_branches, remote=remote, cache_dir=cache_dir, warehouse=warehouse)
+
+
+def _print_ingest(report) -> None:
     out.print(report.summary())
     for f in report.findings:
         if f.severity != "info":
             out.print(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}", highlight=False)
+
+
+def _ingest_many(sources: list[str], **kwargs) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from qkwh.ingest import ingest_many
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as progress:
+        state: dict = {}
+
+        def on_done(o) -> None:
+            progress.advance(state["task"])
+            if o.skipped:
+                out.print(f"{o.source}: unchanged (commit already cataloged); skipped", highlight=False)
+            elif o.report is not None:
+                _print_ingest(o.report)
+            else:
+                err.print(f"[red]failed[/] {o.source}: {o.error}", highlight=False, soft_wrap=True)
+
+        outcomes = ingest_many(
+            sources, **kwargs,
+            on_start=lambda n: state.setdefault("task", progress.add_task("ingesting branches", total=n)),
+            on_source=lambda src: progress.update(state["task"], description=f"ingesting {src}"),
+            on_done=on_done, on_progress=lambda m: progress.console.print(m, style="dim", highlight=False))
+        progress.update(state["task"], description="ingested")
+    failed = [o for o in outcomes if o.error is not None]
+    skipped = sum(o.skipped for o in outcomes)
+    out.print(f"{len(outcomes) - len(failed) - skipped} ingested, {skipped} skipped unchanged, {len(failed)} failed")
+    if failed:
+        codes = {o.error.exit_code for o in failed}
+        error = QkwhError(f"{len(failed)} of {len(outcomes)} source(s) failed (listed above); the others were ingested")
+        error.exit_code = codes.pop() if len(codes) == 1 else 1
+        raise error
 
 
 @app.command()
@@ -161,24 +213,32 @@ def _split(values: list[str] | None) -> list[str] | None:
 def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
     analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
-    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes (default: CPU count; 1 = in-process).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
+    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
-    parameter is recorded in run_config.
+    parameter is recorded in run_config.  The executor never changes the results.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from qkwh.compute.runner import compute as run
-    from qkwh.config import load_run_config
+    from qkwh.config import load_execution, load_run_config
 
     cfg = load_run_config(config, param)
+    execution = load_execution(config)
+    kind = executor or execution["executor"] or "pool"
+    if kind not in ("pool", "ray"):
+        from qkwh.errors import InputError
+
+        raise InputError(f"--executor must be pool or ray, not {kind!r}")
     names = tuple(_split([analyses]) or [])
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
@@ -196,6 +256,7 @@ def compute(
                 progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
 
         report = run(warehouse, models=_split(model), analyses=names, config=cfg, workers=workers,
+                     executor=kind, ray_address=ray_address or execution["ray_address"],
                      force=force, on_start=on_start, on_head=on_head)
     out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
               f"({', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
@@ -388,6 +449,59 @@ def export(
         written += export_legacy(wh, out_dir, model)
     for p in written:
         out.print(str(p))
+
+
+@app.command()
+@_friendly
+def compare(
+    model_a: Annotated[str, typer.Argument(help="First model id (A).")],
+    model_b: Annotated[str, typer.Argument(help="Second model id (B).")],
+    metric: Annotated[Optional[list[str]], typer.Option("--metric", "-m", help="Only these metrics (repeat or comma-separate; default: every compared metric).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Is model A really different from model B?  Differences with intervals, from the marts.
+
+    For each metric: both models' values with their 95 % layer-cluster bootstrap intervals, the
+    difference A - B with its interval, and the verdict: `A > B` / `A < B` when the interval
+    excludes 0, `cannot tell` when it holds 0.  Reads model_comparisons and model_metric_ci
+    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.
+    """
+    from qkwh.compare import compare as run
+    from qkwh.compare import fmt as num
+    from qkwh.compare import fmt_interval, to_csv, to_json
+    from qkwh.errors import InputError
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(f"--format must be table, csv or json, not {fmt!r}")
+    rows = run(warehouse, model_a, model_b, _split(metric))
+    if fmt == "csv":
+        sys.stdout.write(to_csv(rows))
+        return
+    if fmt == "json":
+        sys.stdout.write(to_json(rows) + "\n")
+        return
+    level = next((r.level for r in rows if r.level is not None), None)
+    pct = f"{level:.0%}" if level is not None else ""
+    label_a = next((r.label_a for r in rows if r.label_a), model_a)
+    label_b = next((r.label_b for r in rows if r.label_b), model_b)
+    table = Table("metric", f"A = {label_a}", f"{pct} interval", f"B = {label_b}", f"{pct} interval",
+                  "A − B", f"{pct} interval", "verdict",
+                  title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap")
+    for r in rows:
+        table.add_row(r.metric, num(r.estimate_a), fmt_interval(r.ci_low_a, r.ci_high_a),
+                      num(r.estimate_b), fmt_interval(r.ci_low_b, r.ci_high_b), num(r.difference),
+                      fmt_interval(r.ci_low, r.ci_high), r.verdict)
+    out.print(table)
+    if not rows:
+        out.print("no metric compared for this pair")
+    notes = sorted({r.note for r in rows if r.note})
+    for n in notes:
+        out.print(f"note: {n}", highlight=False)
+    n_boot = next((r.n_boot for r in rows if r.n_boot), None)
+    if n_boot:
+        out.print(f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
+                  f"the interval of A − B holds 0", highlight=False)
 
 
 @app.command()

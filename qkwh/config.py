@@ -31,14 +31,35 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_run_config(path: Path | None = None, params: list[str] | None = None) -> RunConfig:
-    """Defaults from ``configs/run.yaml`` (or the dataclass defaults if it is absent), then the
-    user's YAML, then ``key=value`` overrides (dotted keys, e.g. ``plasticity.cov_mode=diag``)."""
+#: keys of a run config that say where compute runs, not what it computes: they are not
+#: analysis parameters and never enter a config_id
+EXECUTION_KEYS = ("executor", "ray_address")
+
+
+def _load(path: Path | None) -> tuple[dict[str, Any], str]:
     data: dict[str, Any] = _read_yaml(RUN_CONFIG_YAML) if RUN_CONFIG_YAML.exists() else {}
     source = str(RUN_CONFIG_YAML)
     if path is not None:
         data = _merge(data, _read_yaml(path))
         source = str(path)
+    return data, source
+
+
+def load_execution(path: Path | None = None) -> dict[str, str | None]:
+    """The run config's ``executor`` (pool | ray) and ``ray_address`` (None when absent)."""
+    data, source = _load(path)
+    out = {key: data.get(key) for key in EXECUTION_KEYS}
+    for key, value in out.items():
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{source}: {key} must be a string, not {value!r}")
+    return out
+
+
+def load_run_config(path: Path | None = None, params: list[str] | None = None) -> RunConfig:
+    """Defaults from ``configs/run.yaml`` (or the dataclass defaults if it is absent), then the
+    user's YAML, then ``key=value`` overrides (dotted keys, e.g. ``plasticity.cov_mode=diag``)."""
+    data, source = _load(path)
+    data = {k: v for k, v in data.items() if k not in EXECUTION_KEYS}
     try:
         cfg = RunConfig.from_dict(data)
     except (TypeError, ValueError) as exc:

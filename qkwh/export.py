@@ -39,7 +39,7 @@ _COPY_OPTIONS = {"parquet": "(FORMAT parquet, COMPRESSION zstd)", "csv": "(FORMA
 def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> list[Path]:
     """Write tables, views or marts to OUT, one file per NAME (NAME.parquet or NAME.csv).
 
-    NAME is any table or view of the warehouse: a mart (model_summary, plasticity_profile, ...),
+    NAME is any table or view of the warehouse: a mart (model_summary, head_metrics, ...),
     a staging view (stg_*) or a source table (plasticity_buckets, ...).  Unknown names are
     reported with the closest existing ones and nothing is written.  Returns the files written.
     """

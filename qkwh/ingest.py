@@ -10,13 +10,13 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import duckdb
 
 from qkwh import store
-from qkwh.errors import InputError
+from qkwh.errors import InputError, QkwhError
 from qkwh.ids import check_model_id
 from qkwh.registry import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
@@ -31,6 +31,7 @@ class ModelFacts:
     model_id: str
     hf_model: str | None
     family: str | None
+    label: str | None
     params_b: float | None
     num_layers: int | None
     num_q_heads: int
@@ -83,6 +84,16 @@ def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path,
                         "names": [hub.revision]}
 
 
+def _remote_branch(source: str):
+    from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.remote import open_branch
+
+    hub = parse_hub_source(source)
+    if hub is None:
+        raise InputError(f"{source}: --remote reads a Hub branch in place; give hf://datasets/OWNER/NAME@BRANCH")
+    return open_branch(hub)
+
+
 def resolve_facts(
     *,
     model_id: str | None,
@@ -91,9 +102,17 @@ def resolve_facts(
     stats: list[FileStats],
     registry: dict[str, ModelEntry],
     source: str,
+    family: str | None = None,
+    label: str | None = None,
 ) -> tuple[ModelFacts, list[Finding]]:
-    """Combine --model-id, the registry and the dataset metadata (docs/input-format.md#which-model-and-its-facts)."""
+    """Combine --model-id, the registry and the dataset metadata (docs/input-format.md#which-model-and-its-facts).
+
+    ``family`` and ``label`` (``--family`` / ``--label``) name the model in reports; given, they
+    win over the registry (a different registry family is recorded as a warning).
+    """
     findings: list[Finding] = []
+    family = (family or "").strip() or None
+    label = (label or "").strip() or None
     entry = registry.get(model_id) if model_id else match(
         registry, candidates=[*names, meta.get_str("dataset_branch") or ""], hf_model=meta.model_name)
     if model_id is None:
@@ -122,7 +141,7 @@ def resolve_facts(
     ratio = n_q // n_kv
     d = stats[0].d
 
-    strategy = meta.get_str("sampling_strategy") or "uniform"
+    strategy = meta.sampling_strategy()
     if entry is not None and entry.bucket_size:
         bucket_size, bucket_rule = entry.bucket_size, "registry"
         meta_m = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")
@@ -155,7 +174,8 @@ def resolve_facts(
     facts = ModelFacts(
         model_id=model_id,
         hf_model=meta.model_name or (e.hf_model if e else None),
-        family=e.family if e else None,
+        family=family or (e.family if e else None),
+        label=label,
         params_b=e.params_b if e else None,
         num_layers=(e.num_layers if e else None) or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
         num_q_heads=n_q,
@@ -177,6 +197,9 @@ def resolve_facts(
         dataset_branch=(e.dataset_branch if e else None) or meta.get_str("dataset_branch"),
         in_registry=e is not None,
     )
+    if e is not None and family and e.family and family != e.family:
+        findings.append(Finding("warning", None, "registry_mismatch",
+                                f"family: --family says {family}, registry says {e.family}; using --family"))
     if e is not None and e.head_dim and e.head_dim != d:
         findings.append(Finding("warning", None, "registry_mismatch",
                                 f"head_dim: files have {d}, registry says {e.head_dim}"))
@@ -206,8 +229,15 @@ def ingest(
     cache_dir: Path | None = None,
     registry: dict[str, ModelEntry] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    remote: bool = False,
+    family: str | None = None,
+    label: str | None = None,
 ) -> IngestReport:
     """Validate ``source`` and (re)place its model's catalog in the warehouse.
+
+    ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
+    ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
+    family and display name (they win over the registry).
 
     An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
     anything is read or opened; an id found in the registry is checked before anything is written.
@@ -216,16 +246,33 @@ def ingest(
         check_model_id(model_id, origin="--model-id")
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
-    root, origin = resolve_source(source, cache_dir=cache_dir)
-    layout: Layout = scan(root)
-    meta = read_metadata(layout.root)
+    if remote:
+        branch = _remote_branch(source)
+        layout: Layout = branch.layout()
+        meta = branch.metadata()
+        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()
+        origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
+                  "revision": branch.source.revision, "names": [branch.source.revision],
+                  "root": branch.commit_uri}
+    else:
+        root, origin = resolve_source(source, cache_dir=cache_dir)
+        layout = scan(root)
+        meta = read_metadata(layout.root)
+        read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
+        if remote:  # the vectors view reads the new hf:// files
+            from qkwh.sniffed.remote import register
+
+            register(con)
         say(f"reading {len(layout.files)} files under {layout.root}")
-        stats = scan_files(layout)
+        stats = read_all(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
-                                        registry=registry, source=source)
+                                        registry=registry, source=source, family=family, label=label)
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
+        if remote:
+            findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
+                                    "columns only; NaN values in the vectors are not checked at ingest"))
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
@@ -235,6 +282,102 @@ def ingest(
                       facts=facts, findings=findings, fingerprint=fp)
     finally:
         con.close()
+
+
+@dataclass
+class BranchOutcome:
+    """What happened to one source of :func:`ingest_many`."""
+
+    source: str
+    report: IngestReport | None = None  # None when skipped or failed
+    error: QkwhError | None = None
+    skipped: bool = False  # its Hub commit is the one already cataloged
+
+
+def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tuple[str, str | None]]:
+    """(source, its branch's current commit or None) for every source; ``all_branches`` turns each
+    ``hf://datasets/OWNER/NAME`` into all its branches (one Hub call per repo, branches by name)."""
+    from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.remote import branch_uri, list_branches
+
+    out: list[tuple[str, str | None]] = []
+    refs: dict[str, dict[str, str]] = {}
+    for source in sources:
+        hub = parse_hub_source(source)
+        if hub is None:
+            if all_branches:
+                raise InputError(f"{source}: --all-branches needs a Hub dataset, hf://datasets/OWNER/NAME")
+            out.append((source, None))
+            continue
+        if all_branches and "@" in source:
+            raise InputError(f"{source}: --all-branches takes the repo without @BRANCH")
+        if hub.repo_id not in refs:
+            refs[hub.repo_id] = list_branches(hub)
+        if all_branches:
+            out += [(branch_uri(replace(hub, revision=name)), commit)
+                    for name, commit in refs[hub.repo_id].items()]
+        else:
+            out.append((source, refs[hub.repo_id].get(hub.revision)))
+    return out
+
+
+def _cataloged_commit(con: duckdb.DuckDBPyConnection, source: str, *, remote: bool) -> str | None:
+    """The Hub commit a branch was cataloged at, as the same kind of source (else None)."""
+    from qkwh.sniffed.hub import parse_hub_source
+
+    hub = parse_hub_source(source)
+    row = con.execute("SELECT root_path FROM models WHERE repo_id = ? AND revision = ? AND source_kind = ?",
+                      [hub.repo_id, hub.revision, "hub_remote" if remote else "hub"]).fetchone()
+    if row is None:
+        return None
+    # remote: hf://datasets/OWNER/NAME@COMMIT; downloaded: .../snapshots/COMMIT
+    return row[0].rsplit("@", 1)[-1] if remote else Path(row[0]).name
+
+
+def ingest_many(
+    sources: list[str],
+    *,
+    all_branches: bool = False,
+    remote: bool = False,
+    warehouse: str | Path | None = None,
+    cache_dir: Path | None = None,
+    registry: dict[str, ModelEntry] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_source: Callable[[str], None] | None = None,
+    on_done: Callable[[BranchOutcome], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[BranchOutcome]:
+    """Ingest several sources (or every branch of Hub datasets), each in its own transaction.
+
+    A Hub branch whose commit is the one already cataloged (by the same kind of ingest) is
+    skipped without reading it; a source that fails is reported and the others go on.  The model
+    id of each branch comes from the registry (``--model-id`` names one model, so it is not taken).
+    """
+    registry = registry if registry is not None else load_registry()
+    todo = expand_sources(sources, all_branches=all_branches)
+    if on_start:
+        on_start(len(todo))
+    outcomes: list[BranchOutcome] = []
+    for source, commit in todo:
+        if on_source:
+            on_source(source)
+        outcome = BranchOutcome(source)
+        try:
+            if commit is not None:
+                con = store.connect(warehouse)
+                try:
+                    outcome.skipped = _cataloged_commit(con, source, remote=remote) == commit
+                finally:
+                    con.close()
+            if not outcome.skipped:
+                outcome.report = ingest(source, warehouse=warehouse, cache_dir=cache_dir, registry=registry,
+                                        on_progress=on_progress, remote=remote)
+        except QkwhError as exc:
+            outcome.error = exc
+        outcomes.append(outcome)
+        if on_done:
+            on_done(outcome)
+    return outcomes
 
 
 def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Finding]:
@@ -290,7 +433,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     }
     model_row = {**asdict(facts)}
     model_row.update(
-        source=source, source_kind=origin["source_kind"], root_path=str(layout.root),
+        source=source, source_kind=origin["source_kind"], root_path=origin.get("root") or str(layout.root),
         repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
         n_files=len(stats), n_rows=report.n_rows,
         metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,

@@ -44,7 +44,21 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
         raise _lock_error(wh, exc) from None
     if not read_only:
         con.execute(SCHEMA_SQL.read_text())
+    _register_remote(con)
     return con
+
+
+def _register_remote(con: duckdb.DuckDBPyConnection) -> None:
+    """When files are cataloged by hf:// URI (``ingest --remote``), let DuckDB read them (the
+    ``vectors`` view) through huggingface_hub's file system."""
+    try:
+        remote = con.execute("SELECT 1 FROM files WHERE path LIKE 'hf://%' LIMIT 1").fetchone()
+    except duckdb.CatalogException:  # not a qkwh warehouse (yet)
+        return
+    if remote:
+        from qkwh.sniffed.remote import register
+
+        register(con)
 
 
 def _lock_error(wh: Path, exc: Exception) -> Exception:

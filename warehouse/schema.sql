@@ -9,13 +9,14 @@
 CREATE TABLE IF NOT EXISTS models (
     model_id              VARCHAR PRIMARY KEY,   -- branch prefix, e.g. qwen3-4b, smollm2-135m
     source                VARCHAR NOT NULL,      -- what the user passed to `qkwh ingest`
-    source_kind           VARCHAR NOT NULL,      -- 'local' | 'hub'
-    root_path             VARCHAR NOT NULL,      -- absolute folder holding l??h??[qk]/data.parquet
+    source_kind           VARCHAR NOT NULL,      -- 'local' | 'hub' (downloaded) | 'hub_remote' (read in place)
+    root_path             VARCHAR NOT NULL,      -- absolute folder holding l??h??[qk]/data.parquet (hf://...@COMMIT when read in place)
     repo_id               VARCHAR,               -- Hub dataset repo (hub sources)
     revision              VARCHAR,               -- Hub branch (hub sources)
     source_fingerprint    VARCHAR NOT NULL,      -- hash over every file fingerprint of the source
     hf_model              VARCHAR,               -- model captured (metadata / registry)
     family                VARCHAR,
+    label                 VARCHAR,               -- display name in reports (ingest --label), else model_id
     params_b              DOUBLE,
     num_layers            INTEGER,
     num_q_heads           INTEGER,               -- n_q: query heads per layer
@@ -41,6 +42,8 @@ CREATE TABLE IF NOT EXISTS models (
     metadata_json         VARCHAR,               -- _saver_state.json model_metadata, verbatim
     ingested_at           TIMESTAMP NOT NULL
 );
+-- warehouses created before the label column existed get it here (idempotent)
+ALTER TABLE models ADD COLUMN IF NOT EXISTS label VARCHAR;
 
 CREATE TABLE IF NOT EXISTS files (
     model_id        VARCHAR NOT NULL,

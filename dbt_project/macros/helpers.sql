@@ -1,6 +1,6 @@
 {# Shared SQL fragments of the qkwh marts.  Each one is a single definition used everywhere. #}
 
-{# A DOUBLE that compute may have written as NaN/±Inf becomes NULL, so avg()/corr() skip it. #}
+{# A DOUBLE that compute may have written as NaN/±Inf becomes NULL, so aggregates skip it. #}
 {% macro finite(expr) -%}
     case when isfinite({{ expr }}) then {{ expr }} end
 {%- endmacro %}
@@ -10,22 +10,7 @@
     ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
 {%- endmacro %}
 
-{#
-  Pearson r of y on x as an aggregate.  NULL (not NaN) when fewer than var('min_corr_n') complete
-  pairs or when either side has zero variance; pair it with pair_count() for the n.
-#}
-{% macro pearson_r(x, y) -%}
-    case
-        when regr_count({{ y }}, {{ x }}) >= {{ var('min_corr_n') }}
-         and var_pop(case when {{ y }} is not null then {{ x }} end) > 0
-         and var_pop(case when {{ x }} is not null then {{ y }} end) > 0
-        then corr({{ y }}, {{ x }})
-    end
-{%- endmacro %}
-
-{% macro pair_count(x, y) -%}
-    cast(regr_count({{ y }}, {{ x }}) as bigint)
-{%- endmacro %}
+{# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
 
 {#
   spec §3 five-class taxonomy on the canonicalised PC0 correlations: signed r_q and |r_k|,
@@ -74,4 +59,28 @@
 {# Mean of the non-null arguments (NULL when one is missing: spec defines first/last 20 % on both). #}
 {% macro mean2(a, b) -%}
     (({{ a }}) + ({{ b }})) / 2.0
+{%- endmacro %}
+
+{#
+  True for a per-head result row whose parameter set is the one its (model, analysis) currently
+  reports (table current_config, kept by `qkwh compute`).  Every staging view over a per-head
+  table filters with it, so no mart mixes two parameter sets of one model and analysis.
+#}
+{% macro is_current_config(alias, analysis) -%}
+    exists (
+        select 1 from {{ source('qkwh', 'current_config') }} as cc
+        where cc.model_id = {{ alias }}.model_id
+          and cc.analysis = '{{ analysis }}'
+          and cc.config_id = {{ alias }}.config_id
+    )
+{%- endmacro %}
+
+{# Relative depth of a layer, layer / (num_layers - 1), and its tenth (0..9); NULL for 1 layer. #}
+{% macro depth(layer, num_layers) -%}
+    case when {{ num_layers }} > 1 then {{ layer }} / ({{ num_layers }} - 1.0) end
+{%- endmacro %}
+
+{% macro depth_bin(layer, num_layers) -%}
+    case when {{ num_layers }} > 1
+         then cast(least(floor(10 * {{ layer }} / ({{ num_layers }} - 1.0)), 9) as integer) end
 {%- endmacro %}

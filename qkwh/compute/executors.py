@@ -77,7 +77,109 @@ class ProcessExecutor:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def make_executor(workers: int | None) -> Executor:
-    """``workers`` <= 1 runs in-process; otherwise a local process pool."""
+def _ray_call(fn, item):
+    """Run one task on a Ray worker (BLAS pinned by the variables of the task's runtime env)."""
+    return fn(item)
+
+
+class RayExecutor:
+    """Tasks on a Ray cluster: ``address`` ``"auto"`` (the cluster this machine belongs to),
+    ``"ray://host:port"`` (Ray Client) or ``host:port``; None starts a private local Ray unless
+    ``RAY_ADDRESS`` names one.
+
+    Each task takes one CPU and is retried ``max_retries`` times when its worker process or node
+    dies (the parent writes a unit of work only once it has all its results, so a retried task
+    never duplicates rows).  At most ``in_flight`` tasks are submitted at a time (default: twice
+    the cluster's CPUs), so results never pile up in the object store.  Workers need qkwh and
+    its dependencies installed and open the files of their task themselves: local paths must
+    exist on every node, ``hf://`` URIs are read over the network (``HF_ENDPOINT`` is passed on).
+    """
+
+    def __init__(self, address: str | None = None, *, max_retries: int = 3, in_flight: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            from qkwh.errors import QkwhError
+
+            raise QkwhError("the Ray executor needs Ray: pip install 'qkwh[ray]'") from None
+        self._ray = ray
+        self._started = not ray.is_initialized()
+        if self._started:
+            where = address or os.environ.get("RAY_ADDRESS")
+            # Ray Client (ray://) takes fewer options; a new local Ray needs no dashboard
+            options = {} if (where or "").startswith("ray://") else {"log_to_driver": False, "configure_logging": False}
+            if not where:
+                options["include_dashboard"] = False
+            try:
+                ray.init(address=address, **options)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                from qkwh.errors import QkwhError
+
+                raise QkwhError(f"cannot start or join Ray at {where or 'a new local cluster'}: "
+                                f"{str(exc).splitlines()[0]}") from None
+        env = {var: "1" for var in _BLAS_VARS}
+        for var in ("HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET"):
+            if os.environ.get(var):
+                env[var] = os.environ[var]
+        self._task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False,
+                                runtime_env={"env_vars": env})(_ray_call).options(name="qkwh_task")
+        self._in_flight = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        self._pending: set = set()
+
+    def map_unordered(self, fn, items):
+        ray = self._ray
+        fn_ref = ray.put(fn)
+        rest = iter(items)
+        try:
+            for item in rest:
+                self._pending.add(self._task.remote(fn_ref, item))
+                if len(self._pending) >= self._in_flight:
+                    break
+            while self._pending:
+                done, _ = ray.wait(list(self._pending), num_returns=1)
+                for ref in done:
+                    self._pending.discard(ref)
+                    nxt = next(rest, None)
+                    if nxt is not None:
+                        self._pending.add(self._task.remote(fn_ref, nxt))
+                    yield self._result(ref)
+        finally:  # Ctrl-C, an error, or the caller stopped early: nothing keeps running
+            self._cancel()
+
+    def _result(self, ref):
+        try:
+            return self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as exc:  # the task's own exception, as the pool raises it
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    def _cancel(self) -> None:
+        for ref in self._pending:
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone with its node
+                pass
+        self._pending.clear()
+
+    def close(self) -> None:
+        self._cancel()
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+EXECUTORS = ("pool", "ray")
+
+
+def make_executor(workers: int | None, kind: str = "pool", address: str | None = None) -> Executor:
+    """``pool``: in-process when ``workers`` <= 1, else a local process pool; ``ray``: a Ray
+    cluster at ``address`` (``workers`` is then the cluster's business)."""
+    if kind == "ray":
+        return RayExecutor(address)
+    if kind != "pool":
+        from qkwh.errors import InputError
+
+        raise InputError(f"unknown executor {kind!r}; choose from {', '.join(EXECUTORS)}")
     n = workers if workers is not None else (os.cpu_count() or 1)
     return SerialExecutor() if n <= 1 else ProcessExecutor(n)

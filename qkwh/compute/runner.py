@@ -54,12 +54,17 @@ def compute(
     analyses: tuple[str, ...] = ANALYSES,
     config: RunConfig | None = None,
     workers: int | None = None,
-    executor: Executor | None = None,
+    executor: Executor | str | None = None,
+    ray_address: str | None = None,
     force: bool = False,
     on_start: Callable[[int], None] | None = None,
     on_head: Callable[[str], None] | None = None,
 ) -> ComputeReport:
-    """Compute ``analyses`` for every analysable head of ``models`` (default: all)."""
+    """Compute ``analyses`` for every analysable head of ``models`` (default: all).
+
+    ``executor``: an :class:`Executor`, or its kind (``"pool"``, the default, or ``"ray"`` with
+    ``ray_address``); results never depend on it.
+    """
     config = config or RunConfig()
     bad = [a for a in analyses if a not in ANALYSES]
     if bad or not analyses:
@@ -82,7 +87,8 @@ def compute(
         n_workers = min(max(workers if workers is not None else (os.cpu_count() or 1), 1), len(tasks))
         if n_workers > 1:  # the workers have the cores; the parent only writes
             con.execute("SET threads TO 1")
-        ex = executor or make_executor(n_workers)
+        ex = executor if executor is not None and not isinstance(executor, str) else \
+            make_executor(n_workers, executor or "pool", ray_address)
         try:
             previous = set(done)  # (model_id, layer, q_head, analysis) that already have rows
             for outcomes in ex.map_unordered(run_group, tasks):

@@ -76,9 +76,8 @@ def _decile_rows(row: dict[str, Any], ctx: int | None) -> list[dict[str, Any]]:
 
 
 def head_profiles(marts: Marts, model_id: str) -> alt.LayerChart:
-    rows = marts.rows("plasticity_profile", "model_id = ?", [model_id])
-    heads = [r for r in rows if r["scope"] == "head"]
-    model = [r for r in rows if r["scope"] == "model"]
+    heads = [r for r in marts.rows("head_metrics", "model_id = ?", [model_id]) if r["has_plasticity"]]
+    model = marts.rows("model_summary", "model_id = ? AND n_heads_plasticity > 0", [model_id])
     if not heads:
         raise NoData(f"{model_id}: no head plasticity profiles")
     ctx = heads[0].get("context_length")
@@ -90,7 +89,8 @@ def head_profiles(marts: Marts, model_id: str) -> alt.LayerChart:
     for r in model:
         for d in _decile_rows(r, ctx):
             data.append({**d, "model_id": model_id, "head_label": "model mean", "layer": None,
-                         "q_head": None, "k_head": None, "series": f"model mean ({r['n_heads']} heads)"})
+                         "q_head": None, "k_head": None,
+                         "series": f"model mean ({r['n_heads_plasticity']} heads)"})
     xfield = "tokens:Q" if ctx else "rel:Q"
     xtitle = ("query position, decile centre (tokens)" if ctx
               else "query position, decile centre (share of context)")
@@ -161,13 +161,13 @@ def component_weights(marts: Marts) -> alt.FacetChart:
 
 
 def decile_profiles(marts: Marts) -> alt.LayerChart:
-    rows = marts.rows("plasticity_profile", "scope = 'model'")
+    rows = marts.rows("model_summary", "n_heads_plasticity > 0")
     data = []
     for r in rows:
         for d in _decile_rows(r, None):
             data.append({**d, "model_id": r["model_id"], "family": r["family"] or "unknown",
-                         "n_heads": r["n_heads"], "ctx": r.get("context_length")})
-    require(data, "plasticity_profile has no model deciles")
+                         "n_heads": r["n_heads_plasticity"], "ctx": r.get("context_length")})
+    require(data, "model_summary has no model deciles")
     color, sel = family_color(marts)
     base = alt.Chart(table_of(data)).encode(
         x=alt.X("rel:Q", title="query position, decile centre (share of the context window)",
@@ -193,19 +193,20 @@ def decile_profiles(marts: Marts) -> alt.LayerChart:
 def drop_vs_benchmark(marts: Marts) -> alt.Chart:
     if not marts.has("benchmark_joins"):
         raise NoData("the warehouse has no benchmark_joins mart")
-    obs = marts.rows("benchmark_joins", "row_kind = 'observation' AND metric = 'ap_drop' "
-                                        "AND length_scope = 'overall'")
+    obs = marts.rows("benchmark_joins", "metric = 'ap_drop' AND length_scope = 'overall'")
     obs = finite(obs, "score", "metric_value")
     if not obs:
         raise NoData("no ingested model has an overall benchmark score (benchmark_scores seed)")
     corr = marts.query(
-        "SELECT benchmark, mode, n, pearson_r FROM benchmark_joins WHERE row_kind = 'correlation' "
-        "AND metric = 'ap_drop' AND length_scope = 'overall'")
+        "SELECT benchmark, mode, n, pearson_r, boot_ci_low, boot_ci_high FROM benchmark_correlations "
+        "WHERE metric = 'ap_drop' AND length_scope = 'overall'") if marts.has("benchmark_correlations") else []
     names = {"longbench_pro": "LongBench Pro", "ruler": "RULER"}
-    subtitle = ["lines: least-squares fit of score on ap_drop; r over the ingested models "
-                "(benchmark_joins)"]
+    subtitle = ["lines: least-squares fit of score on ap_drop; r over the ingested models with its "
+                "95 % two-stage bootstrap interval (benchmark_correlations)"]
     for c in corr:
         r = "n/a" if c["pearson_r"] is None else f"{c['pearson_r']:+.2f}"
+        if c["pearson_r"] is not None and c.get("boot_ci_low") is not None:
+            r += f" [{c['boot_ci_low']:+.2f}, {c['boot_ci_high']:+.2f}]"
         mode = f" ({c['mode']})" if c.get("mode") else ""
         subtitle.append(f"{names.get(c['benchmark'], c['benchmark'])}{mode}: r = {r}, n = {c['n']}")
     for o in obs:
@@ -238,14 +239,16 @@ FIGURES: tuple[FigureDef, ...] = (
               ("plasticity_heatmap_model",), heatmap, per_model=True),
     FigureDef("ap-head-profiles", SECTION, "Per-head plasticity profiles with the model mean",
               "Every head's plasticity along the context (grey) and the model mean (red) "
-              "(attention-plasticity/05–07).", ("plasticity_profile",), head_profiles, per_model=True),
+              "(attention-plasticity/05–07).", ("head_metrics", "model_summary"), head_profiles,
+              per_model=True),
     FigureDef("ap-component-weights", SECTION, "Component weights by head dimension",
               "Which head dimensions carry the query position signal (attention-plasticity/08).",
               ("component_weights_model",), component_weights),
     FigureDef("ap-decile-profiles", SECTION, "Decile profiles across models",
               "Model plasticity per decile of the context window (Tables 4/10).",
-              ("plasticity_profile",), decile_profiles),
+              ("model_summary",), decile_profiles),
     FigureDef("ap-drop-vs-benchmark", SECTION, "ap_drop vs benchmark score",
               "ap_drop against long-context benchmark scores with a linear fit and Pearson r "
-              "(attention-plasticity/10).", ("benchmark_joins",), drop_vs_benchmark),
+              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_correlations"),
+              drop_vs_benchmark),
 )

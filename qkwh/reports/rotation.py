@@ -25,13 +25,12 @@ from qkwh.reports.vectors import axes_of, collage_records, heads_with_axes, proj
 
 SECTION = "Rotation"
 
-# Per-head rotation metrics: no mart holds them yet, so read the head-level dbt model.
-HEAD_RELATIONS = ("head_metrics", "int_head_metrics")
+# Per-head metrics: the head_metrics mart (one row per head).
+HEAD_MART = "head_metrics"
 
 
 def head_rows(marts: Marts, *cols: str) -> list[dict[str, Any]]:
-    rel = marts.first_of(*HEAD_RELATIONS)
-    rows = finite(marts.rows(rel), *cols)
+    rows = finite(marts.rows(HEAD_MART), *cols)
     for r in rows:
         r["family"] = r.get("family") or "unknown"
     return rows
@@ -281,19 +280,19 @@ FIGURES: tuple[FigureDef, ...] = (
               ("model_summary",), variance_decomposition),
     FigureDef("rot-bias-distribution", SECTION, "bias_strength distribution per family",
               "Histogram of per-head bias_strength × 10³ per family (qk-rotation/04).",
-              (HEAD_RELATIONS[1],), bias_distribution),
+              (HEAD_MART,), bias_distribution),
     FigureDef("rot-slope-ratio", SECTION, "K/Q drift slope ratio",
               "Median |alpha_k| / |alpha_q| per model (qk-rotation/05).", ("model_summary",),
               slope_ratio),
     FigureDef("rot-depth-abs-rka", SECTION, "Layer-depth heatmap of |r_k_a|",
               "Mean |r_k_a| per model and relative depth (qk-rotation/06, left).",
-              (HEAD_RELATIONS[1],), depth_abs_rka),
+              (HEAD_MART,), depth_abs_rka),
     FigureDef("rot-depth-bias", SECTION, "Layer-depth heatmap of bias_strength",
               "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right).",
-              (HEAD_RELATIONS[1],), depth_bias),
+              (HEAD_MART,), depth_bias),
     FigureDef("rot-bias-vs-separation", SECTION, "bias_strength vs separation_strength",
               "Per-head scatter with within-family fits and Pearson r (Simpson's paradox, "
-              "qk-rotation/07).", (HEAD_RELATIONS[1], "family_correlations"), bias_vs_separation),
+              "qk-rotation/07).", (HEAD_MART, "family_correlations"), bias_vs_separation),
     FigureDef("rot-complement-collage", SECTION, "Complement-pair collage",
               "The complement SVD pairs of one seeded random head: RoPE rotation planes appear as "
               "rings (qk-rotation/08).", ("rotation_axes", "rotation_pairs", "files (vectors)"),

@@ -23,11 +23,12 @@ See tests/sniffed/test_hub.py for the executable version of these statements.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -43,6 +44,8 @@ __all__ = [
     "HubSource",
     "HubSourceError",
     "download",
+    "endpoint",
+    "hub_error",
     "parse_hub_source",
     "sniffed_files",
 ]
@@ -159,10 +162,44 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
-def _endpoint() -> str:
+def endpoint() -> str:
+    """The Hub's URL: ``HF_ENDPOINT`` as set now, else huggingface_hub's default."""
     import huggingface_hub.constants as hf_constants
 
     return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
+
+
+def _not_found(source: HubSource, error: BaseException) -> HubNotFoundError | None:
+    """The one-line error for a repo or branch the Hub does not have (None for other errors)."""
+    from huggingface_hub import errors as hf_errors
+
+    where = f"{source.repo_type} {source.repo_id}"
+    if isinstance(error, hf_errors.RevisionNotFoundError):
+        return HubNotFoundError(f"no branch {source.revision} in {where} on {endpoint()}")
+    if isinstance(error, hf_errors.RepositoryNotFoundError):  # also GatedRepoError
+        return HubNotFoundError(
+            f"no {where} on {endpoint()} (or it is private or gated and no valid HF token is set)"
+            f" while looking for branch {source.revision}")
+    return None
+
+
+@contextlib.contextmanager
+def hub_error(source: HubSource) -> Iterator[None]:
+    """Turn what huggingface_hub raises while reading ``source`` in place into one-line errors:
+    :class:`HubNotFoundError` (no such repo or branch) or :class:`HubError` (Hub unreachable)."""
+    try:
+        yield
+    except QkwhError:
+        raise
+    except FileNotFoundError as error:  # HfFileSystem: the cause says what was not found
+        raise (_not_found(source, error.__cause__) or HubNotFoundError(
+            f"{source}: not found on {endpoint()} ({_reason(error)})")) from error
+    except _network_errors() as error:
+        found = _not_found(source, error)
+        if found is not None:
+            raise found from error
+        raise HubError(f"cannot read {source.spec} from the Hugging Face Hub at {endpoint()} "
+                       f"({_reason(error)})") from error
 
 
 def _default_cache_dir() -> Path:
@@ -265,7 +302,7 @@ def download(
     import huggingface_hub
     from huggingface_hub import errors as hf_errors
 
-    endpoint = _endpoint()
+    url = endpoint()
     cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
     cache = cache.expanduser().resolve()
     offline = _offline()
@@ -278,7 +315,7 @@ def download(
         revision=source.revision,
         cache_dir=str(cache),
         allow_patterns=list(allow_patterns),
-        endpoint=endpoint,
+        endpoint=url,
         etag_timeout=_etag_timeout(),
         tqdm_class=None if progress else _quiet_tqdm_class(),
     )
@@ -298,10 +335,10 @@ def download(
                 raise HubError(
                     "HF_HUB_OFFLINE is set, so the Hugging Face Hub is not contacted, and "
                     + cached.format(source.spec, cache)
-                    + f"; unset HF_HUB_OFFLINE to download it from {endpoint}"
+                    + f"; unset HF_HUB_OFFLINE to download it from {url}"
                 ) from error
             raise HubError(
-                f"cannot reach the Hugging Face Hub at {endpoint} to download {source.spec}, and "
+                f"cannot reach the Hugging Face Hub at {url} to download {source.spec}, and "
                 + cached.format("it", cache)
                 + f" ({_reason(cause)})"
             ) from cause
@@ -311,13 +348,8 @@ def download(
     else:
         try:
             folder = Path(huggingface_hub.snapshot_download(**kwargs))
-        except hf_errors.RevisionNotFoundError as error:
-            raise HubNotFoundError(f"no branch {source.revision} in {where} on {endpoint}") from error
-        except hf_errors.RepositoryNotFoundError as error:  # also GatedRepoError
-            raise HubNotFoundError(
-                f"no {where} on {endpoint} (or it is private or gated and no valid HF token is set)"
-                f" while looking for branch {source.revision}"
-            ) from error
+        except (hf_errors.RevisionNotFoundError, hf_errors.RepositoryNotFoundError) as error:
+            raise _not_found(source, error) from error
         except _network_errors() as error:
             # Covers "Hub unreachable and nothing cached" (LocalEntryNotFoundError), a cached
             # snapshot that is incomplete, a connection cut or server error during the transfer.
@@ -329,7 +361,7 @@ def download(
                 if network_down:
                     raise
                 raise HubError(
-                    f"downloading {source.spec} from {endpoint} failed ({_reason(error)}); files already"
+                    f"downloading {source.spec} from {url} failed ({_reason(error)}); files already"
                     f" downloaded are kept in {cache}: run the same command again to fetch the rest"
                 ) from error
             log.warning("Hub not usable (%s); using the cached snapshot %s", _reason(error), folder)

@@ -31,6 +31,14 @@ class DatasetMetadata:
                 continue
         return None
 
+    def sampling_strategy(self) -> str:
+        """The capture sampler: ``uniform`` (the default), ``log_uniform`` or ``all``.
+
+        qk-sniffer's own log sampler records itself as ``log``; it is the same rule.
+        """
+        value = (self.get_str("sampling_strategy") or "uniform").strip().lower()
+        return {"log": "log_uniform", "loguniform": "log_uniform"}.get(value, value)
+
     def get_str(self, *keys: str) -> str | None:
         for key in keys:
             value = self.metadata.get(key)
@@ -45,36 +53,50 @@ def read_metadata(root: Path) -> DatasetMetadata:
     A malformed ``_saver_state.json`` is an :class:`InputError` naming the file.
     """
     root = Path(root)
+    card, state = root / "README.md", root / "_saver_state.json"
+    state_text = None
+    if state.is_file():
+        try:
+            state_text = state.read_text()
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{state}: not valid JSON ({exc})") from None
+    return metadata_from_texts(
+        card=(str(card), card.read_text(errors="replace")) if card.is_file() else None,
+        state=(str(state), state_text) if state_text is not None else None,
+    )
+
+
+def metadata_from_texts(*, card: tuple[str, str] | None, state: tuple[str, str] | None) -> DatasetMetadata:
+    """:func:`read_metadata` from the texts of the card and the saver state, as (name, text)."""
     meta: dict[str, Any] = {}
     model_name = None
     buckets: dict[int, int] = {}
     sources: list[str] = []
-    card = root / "README.md"
-    if card.is_file():
-        card_meta = parse_card(card.read_text(errors="replace"))
+    if card is not None:
+        card_meta = parse_card(card[1])
         if card_meta:
             meta.update(card_meta)
             model_name = card_meta.get("model")
-            sources.append(str(card))
-    state = root / "_saver_state.json"
-    if state.is_file():
+            sources.append(card[0])
+    if state is not None:
+        name, text = state
         try:
-            data = json.loads(state.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"{state}: not valid JSON ({exc})") from None
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{name}: not valid JSON ({exc})") from None
         if not isinstance(data, dict):
-            raise InputError(f"{state}: expected a JSON object")
+            raise InputError(f"{name}: expected a JSON object")
         mm = data.get("model_metadata") or {}
         if not isinstance(mm, dict):
-            raise InputError(f"{state}: model_metadata is not an object")
+            raise InputError(f"{name}: model_metadata is not an object")
         meta.update(mm)
         model_name = data.get("model_name") or model_name
         for k, v in (data.get("bucket_counts") or {}).items():
             try:
                 buckets[int(k)] = int(v)
             except (TypeError, ValueError):
-                raise InputError(f"{state}: bucket_counts has a non-integer entry {k!r}: {v!r}") from None
-        sources.append(str(state))
+                raise InputError(f"{name}: bucket_counts has a non-integer entry {k!r}: {v!r}") from None
+        sources.append(name)
     return DatasetMetadata(model_name, meta, buckets, tuple(sources))
 
 

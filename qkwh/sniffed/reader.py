@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +25,7 @@ REQUIRED = (*INT_COLUMNS, "vector")
 class FileData:
     """Rows of one file.  ``vectors`` is (n, d) float32; the others are (n,) int64."""
 
-    path: Path
+    path: Path | str  # an hf:// URI stays a string
     vectors: np.ndarray
     position: np.ndarray
     example_id: np.ndarray
@@ -67,9 +68,29 @@ def check_schema(path: Path, schema: pa.Schema) -> str:
     return kind
 
 
-def _open(path: Path, content: bytes | None = None) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(path if content is None else pa.BufferReader(content))
+def location(path: Path | str) -> Path | str:
+    """``path`` as qkwh names it: an ``hf://`` URI stays a string, anything else is a local Path."""
+    return path if isinstance(path, str) and "://" in path else Path(path)
+
+
+def open_input(path: Path | str, content: bytes | BinaryIO | None = None) -> Path | str | BinaryIO:
+    """What pyarrow reads: ``content`` (bytes or a file object) when given, a local path as is,
+    an ``hf://`` URI as a file object of huggingface_hub's file system (ranged reads)."""
+    if content is not None:
+        return pa.BufferReader(content) if isinstance(content, (bytes, bytearray, memoryview)) else content
+    if isinstance(path, str):
+        from qkwh.sniffed.remote import open_file
+
+        return open_file(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    return path
+
+
+def _open(path: Path | str, content: bytes | BinaryIO | None = None) -> pq.ParquetFile:
+    source = open_input(path, content)
+    try:  # a remote file: column chunks are fetched in coalesced ranged reads
+        return pq.ParquetFile(source, pre_buffer=not isinstance(source, (Path, pa.BufferReader)))
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
 
@@ -79,17 +100,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def read_schema(path: Path) -> pa.Schema:
-    return _open(Path(path)).schema_arrow
+def read_schema(path: Path | str) -> pa.Schema:
+    return _open(location(path)).schema_arrow
 
 
-def read_file(path: Path, *, with_vectors: bool = True, content: bytes | None = None) -> FileData:
-    """Read and type-check one file (from ``content`` when the caller already holds its bytes).
+def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | BinaryIO | None = None) -> FileData:
+    """Read and type-check one file: a local path or an ``hf://`` URI (from ``content``, bytes or
+    an open file, when the caller already holds it).
 
-    Raises :class:`InputError` on any defect that makes the file unusable (unreadable,
+    Raises :class:`InputError` on any defect that makes the file unusable (missing, unreadable,
     truncated, wrong types, ragged vectors); messages name ``path``.
     """
-    path = Path(path)
+    path = location(path)
     pf = _open(path, content)
     kind = check_schema(path, pf.schema_arrow)
     cols = list(INT_COLUMNS) + (["vector"] if with_vectors else [])

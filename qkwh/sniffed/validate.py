@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 
 from qkwh.errors import InputError
 from qkwh.sniffed.layout import Layout, SniffedFile
-from qkwh.sniffed.reader import read_file
+from qkwh.sniffed.reader import FileData, read_file
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,22 @@ def fingerprint(content: bytes) -> str:
 
 
 def _stats(f: SniffedFile) -> FileStats:
-    content = f.path.read_bytes()  # one read: hashed, then decoded from memory
+    content = Path(f.path).read_bytes()  # one read: hashed, then decoded from memory
     data = read_file(f.path, content=content)
     nonfinite = int(data.vectors.size - np.isfinite(data.vectors).sum()) if data.vectors.size else 0
+    return stats_of(f, data, size=len(content), fingerprint=fingerprint(content), n_nonfinite=nonfinite)
+
+
+def stats_of(f: SniffedFile, data: FileData, *, size: int, fingerprint: str, n_nonfinite: int,
+             d: int | None = None) -> FileStats:
+    """What ingest keeps of a file read by :func:`read_file` (``d`` when its vectors were not read)."""
     pos = data.position
     return FileStats(
         file=f,
         rows=data.rows,
-        d=data.d,
-        bytes=len(content),
-        fingerprint=fingerprint(content),
+        d=data.d if d is None else d,
+        bytes=size,
+        fingerprint=fingerprint,
         n_examples=int(np.unique(data.example_id).size),
         min_position=int(pos.min()) if pos.size else None,
         max_position=int(pos.max()) if pos.size else None,
@@ -84,15 +91,16 @@ def _stats(f: SniffedFile) -> FileStats:
         position=pos.astype(np.int32),
         bucket=data.bucket.astype(np.int32),
         example_id=data.example_id.astype(np.int32),
-        n_nonfinite=nonfinite,
+        n_nonfinite=n_nonfinite,
     )
 
 
-def scan_files(layout: Layout, *, workers: int | None = None) -> list[FileStats]:
-    """Read every file of ``layout``; raise :class:`InputError` on the first unusable one."""
+def scan_files(layout: Layout, *, workers: int | None = None,
+               stats: Callable[[SniffedFile], FileStats] = _stats) -> list[FileStats]:
+    """Read every file of ``layout`` with ``stats``; raise :class:`InputError` on the first unusable one."""
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        stats = list(pool.map(_stats, layout.files))
+        stats = list(pool.map(stats, layout.files))
     for s in stats:
         if s.n_nonfinite:
             raise InputError(f"{s.file.path}: {s.n_nonfinite} NaN/Inf value(s) in column vector")

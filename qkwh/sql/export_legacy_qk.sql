@@ -2,6 +2,7 @@
 -- (10 per head), with the head's taxonomy (head_taxonomy mart: `qkwh build` first) beside it;
 -- `head` is the query head.
 -- $1 = model id, or NULL for every model.
+-- Only the parameter set the marts report (current_config) is written.
 SELECT
     c.model_id AS model,
     c.layer,
@@ -24,5 +25,7 @@ SELECT
     c.config_id
 FROM pca_components AS c
 LEFT JOIN head_taxonomy AS h USING (model_id, layer, q_head)
-WHERE $1 IS NULL OR c.model_id = $1
+WHERE ($1 IS NULL OR c.model_id = $1)
+  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = c.model_id
+              AND cc.analysis = 'pca' AND cc.config_id = c.config_id)
 ORDER BY c.model_id, c.layer, c.q_head, c.pc

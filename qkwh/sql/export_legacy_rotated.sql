@@ -1,5 +1,6 @@
 -- Legacy rotated.csv (older planar-rotation tools): one row per head with the planar-rotation
 -- metrics; `head` is the query head.  $1 = model id, or NULL for every model.
+-- Only the parameter set the marts report (current_config) is written.
 SELECT
     model_id AS model,
     layer,
@@ -39,6 +40,8 @@ SELECT
     b_mode,
     pairing,
     config_id
-FROM rotation_heads
-WHERE $1 IS NULL OR model_id = $1
+FROM rotation_heads AS t
+WHERE ($1 IS NULL OR model_id = $1)
+  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = t.model_id
+              AND cc.analysis = 'rotation' AND cc.config_id = t.config_id)
 ORDER BY model_id, layer, q_head

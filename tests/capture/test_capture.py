@@ -361,3 +361,19 @@ def test_bfloat16_capture_is_float32_rounded(tiny_models, docs, llama_capture, t
         scale = np.abs(ref.vectors).max()
         np.testing.assert_allclose(got.vectors, ref.vectors, atol=0.08 * scale)
         assert not np.array_equal(got.vectors, ref.vectors)
+
+
+def test_qk_sniffer_log_strategy_name_is_the_log_uniform_rule(tiny_models, docs, tmp_path):
+    """qk-sniffer records its log sampler as "log": ingest reads it as log_uniform buckets."""
+    import json
+
+    out, db = tmp_path / "tiny-log2", tmp_path / "wh.duckdb"
+    r = runner.invoke(app, cli_args(tiny_models["llama"], docs, out, "--sampler", "log_uniform", "--bucket-size", "8"))
+    assert r.exit_code == 0, r.output + r.stderr
+    state_path = out / "_saver_state.json"
+    state = json.loads(state_path.read_text())
+    state["model_metadata"]["sampling_strategy"] = "log"
+    state_path.write_text(json.dumps(state))
+    r = runner.invoke(app, ["ingest", str(out), "--model-id", "tiny-log2", "-w", str(db)])
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "0 warning(s)" in r.output

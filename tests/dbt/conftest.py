@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import interval_data
 import synthetic_marts as sm
 from qkwh import store
 from qkwh.build import BuildResult, build
@@ -104,3 +105,46 @@ def real_build(build_root: Path) -> Built:
     assert not report.failures, report.failures[:3]
     res = build(wh, target_dir=build_root / "real" / "target", log_sink=_quiet)
     return Built(wh, res, {"heads_computed": report.n_written})
+
+
+# ------------------------------------------------------------------------------------------
+# warehouses for the interval marts
+# ------------------------------------------------------------------------------------------
+
+from interval_data import CI_VARS, SIM_BOOT, SIM_HEADS_PER_LAYER, SIM_LAYERS, SIM_MODELS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ci_build(build_root: Path) -> Built:
+    """Five registry models with benchmark scores, heads over 8 layers and the empirical
+    estimator (interval_data.CI_MODELS), built with n_boot = 200."""
+    wh = build_root / "ci" / "qkwh.duckdb"
+    con = store.connect(wh)
+    try:
+        interval_data.fill_ci(con)
+    finally:
+        con.close()
+    res = build(wh, target_dir=build_root / "ci" / "target", log_sink=_quiet, dbt_vars=CI_VARS)
+    return Built(wh, res)
+
+
+@pytest.fixture(scope="session")
+def simulation_build(build_root: Path) -> Built:
+    """SIM_MODELS models with a known mean per model (interval_data.simulated_rows), built up to
+    model_metric_ci with n_boot = SIM_BOOT.  notes['truth'] = {model_id: (mu_bias, mu_sep)}."""
+    wh = build_root / "sim" / "qkwh.duckdb"
+    con = store.connect(wh)
+    try:
+        truth = interval_data.fill_simulated(con, SIM_MODELS, SIM_LAYERS, SIM_HEADS_PER_LAYER, seed=7)
+    finally:
+        con.close()
+    # cautious: only tests whose every parent is selected (not the relationship tests of
+    # unselected marts that point at a selected staging view)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DBT_INDIRECT_SELECTION", "cautious")
+    try:
+        res = build(wh, select="+model_metric_ci", target_dir=build_root / "sim" / "target",
+                    log_sink=_quiet, dbt_vars={"n_boot": SIM_BOOT})
+    finally:
+        mp.undo()
+    return Built(wh, res, {"truth": truth})

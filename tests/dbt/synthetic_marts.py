@@ -274,12 +274,19 @@ def insert(con, table: str, rows: list[dict]) -> None:
         con.unregister("_rows")
 
 
+def current_config_rows(spec: ModelSpec) -> list[dict]:
+    """The parameter set each analysis of the model reports (what `qkwh compute` records)."""
+    return [dict(model_id=spec.model_id, analysis=a, config_id=cid, set_at=NOW)
+            for a, cid in CONFIG_IDS.items()]
+
+
 def fill(con, specs: list[ModelSpec], *, with_run_config: bool = True) -> None:
     if with_run_config:
         insert(con, "run_config", run_config_rows())
     for spec in specs:
         for table, rows in model_rows(spec).items():
             insert(con, table, rows)
+        insert(con, "current_config", current_config_rows(spec))
 
 
 # ------------------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
 
 MARTS = [
-    "head_taxonomy", "taxonomy_fractions", "model_summary", "plasticity_profile",
-    "plasticity_length_bins", "plasticity_heatmap_model", "component_weights_model",
-    "bias_decomposition", "training_trajectory", "layer_profile", "family_correlations",
-    "benchmark_joins", "published_comparison",
+    "head_metrics", "head_taxonomy", "taxonomy_fractions", "model_summary",
+    "plasticity_length_bins", "plasticity_heatmap_model", "plasticity_buckets_gap",
+    "component_weights_model", "bias_decomposition", "training_trajectory", "layer_profile",
+    "family_correlations", "benchmark_joins", "benchmark_correlations", "published_comparison",
+    "model_metric_ci", "model_comparisons",
 ]
 SPECS = {s.model_id: s for s in sm.BASE_MODELS}
 QWEN, MINISTRAL = SPECS["qwen3-4b"], SPECS["ministral3-3b"]
@@ -124,8 +125,8 @@ def test_registry_seed_is_byte_identical_to_configs_models_csv():
 
 def test_marts_rank_models_by_planted_plasticity_decay(synthetic_build):
     rows = synthetic_build.query(
-        "SELECT model_id FROM plasticity_profile WHERE scope = 'model' "
-        "AND model_id IN ('qwen3-4b', 'ministral3-3b', 'synth-noreg') ORDER BY ap_drop DESC")
+        "SELECT model_id FROM model_summary "
+        "WHERE model_id IN ('qwen3-4b', 'ministral3-3b', 'synth-noreg') ORDER BY ap_drop DESC")
     # planted slopes: qwen3-4b 0.24 > synth-noreg 0.15 > ministral3-3b 0.08
     assert [r[0] for r in rows] == ["qwen3-4b", "synth-noreg", "ministral3-3b"]
     summary = dict(synthetic_build.query("SELECT model_id, ap_drop FROM model_summary"))
@@ -135,13 +136,15 @@ def test_marts_rank_models_by_planted_plasticity_decay(synthetic_build):
 @pytest.mark.parametrize("model_id", list(SPECS))
 def test_model_profile_matches_hand_computation(synthetic_build, model_id):
     expected = sm.expected_model_plasticity(SPECS[model_id])
-    row = synthetic_build.dicts(
-        "SELECT * FROM plasticity_profile WHERE scope = 'model' AND model_id = ?", [model_id])[0]
+    row = synthetic_build.dicts("SELECT * FROM model_summary WHERE model_id = ?", [model_id])[0]
     for key, value in expected.items():
         assert close(row[key], value), (key, row[key], value)
     for k in range(5):
         assert close(row[f"quintile_{k}"], (expected[f"decile_{2*k}"] + expected[f"decile_{2*k+1}"]) / 2)
-    assert row["n_heads"] == len(SPECS[model_id].heads)
+    assert row["n_heads_plasticity"] == len(SPECS[model_id].heads)
+    # no empirical estimator in these rows: its columns stay empty
+    assert row["ap_overall_empirical"] is None and row["gauss_gap"] is None
+    assert row["n_heads_empirical"] == 0
 
 
 def test_head_profile_handles_a_bucket_without_pairs(synthetic_build):
@@ -150,8 +153,8 @@ def test_head_profile_handles_a_bucket_without_pairs(synthetic_build):
     idx = spec.heads.index((10, 3))
     buckets = sm.bucket_rows(spec, idx, 10, 3)
     d0 = synthetic_build.query(
-        "SELECT decile_0, ap_first_20pct, head_label FROM plasticity_profile "
-        "WHERE scope = 'head' AND model_id = 'qwen3-4b' AND layer = 10 AND q_head = 3")[0]
+        "SELECT decile_0, ap_first_20pct, head_label FROM head_metrics "
+        "WHERE model_id = 'qwen3-4b' AND layer = 10 AND q_head = 3")[0]
     assert close(d0[0], buckets[1]["ap_bucket"])
     assert d0[2] == "L10H3"
 
@@ -311,14 +314,14 @@ def test_component_weights_average_over_heads(synthetic_build):
 
 def test_benchmark_joins_pair_scores_with_metrics(synthetic_build):
     obs = synthetic_build.dicts(
-        "SELECT * FROM benchmark_joins WHERE row_kind = 'observation' AND benchmark = 'longbench_pro' "
+        "SELECT * FROM benchmark_joins WHERE benchmark = 'longbench_pro' "
         "AND length_scope = 'overall' AND metric = 'ap_drop' ORDER BY model_id")
     assert [(o["model_id"], o["score"]) for o in obs] == [("ministral3-3b", 30.18), ("qwen3-4b", 31.26)]
     assert close(obs[1]["metric_value"], sm.expected_model_plasticity(QWEN)["ap_drop"])
     corr = synthetic_build.query(
-        "SELECT n, pearson_r FROM benchmark_joins WHERE row_kind = 'correlation' "
-        "AND benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
-    assert corr == [(2, None)]  # two models: n reported, r withheld
+        "SELECT n, pearson_r, fisher_ci_low, boot_ci_low, p_value FROM benchmark_correlations "
+        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
+    assert corr == [(2, None, None, None, None)]  # two models: n reported, r withheld
 
 
 def test_published_comparison_covers_ingested_registry_models_only(synthetic_build):
@@ -346,7 +349,8 @@ def test_published_comparison_covers_ingested_registry_models_only(synthetic_bui
 # ------------------------------------------------------------------------------------------
 
 PER_MODEL_MARTS = {
-    "head_taxonomy": "model_id", "model_summary": "model_id", "plasticity_profile": "model_id",
+    "head_taxonomy": "model_id", "model_summary": "model_id", "head_metrics": "model_id",
+    "model_metric_ci": "model_id",
     "plasticity_length_bins": "model_id", "plasticity_heatmap_model": "model_id",
     "component_weights_model": "model_id", "bias_decomposition": "model_id",
     "training_trajectory": "model_id", "layer_profile": "model_id",
@@ -391,14 +395,14 @@ def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extende
         _rows(extended_build, "family_correlations",
               f"scope_kind <> 'all' AND scope NOT IN ('{new_id}', 'Llama3.2')"))
     # the new model is everywhere it should be
-    for mart in ("model_summary", "plasticity_profile", "head_taxonomy", "layer_profile"):
+    for mart in ("model_summary", "head_metrics", "head_taxonomy", "layer_profile", "model_metric_ci"):
         assert extended_build.query(f'SELECT count(*) FROM "{mart}" WHERE model_id = ?', [new_id])[0][0] > 0
     # cross-model rows do change: pooled taxonomy, pooled correlation, benchmark correlation
     assert not _same_rows(_rows(synthetic_build, "taxonomy_fractions", "scope_kind = 'all'"),
                           _rows(extended_build, "taxonomy_fractions", "scope_kind = 'all'"))
     corr = extended_build.query(
-        "SELECT n, pearson_r FROM benchmark_joins WHERE row_kind = 'correlation' "
-        "AND benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
+        "SELECT n, pearson_r FROM benchmark_correlations "
+        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
     drops = [sm.expected_model_plasticity(s)["ap_drop"] for s in (MINISTRAL, QWEN, sm.EXTRA_MODEL)]
     lbp = [30.18, 31.26, 15.71]
     assert corr[0][0] == 3
@@ -416,7 +420,7 @@ def test_docs_generate_writes_a_static_page(synthetic_build, tmp_path):
                                    log_sink=lambda m: None)
     assert page.name == "static_index.html" and page.exists()
     text = page.read_text(errors="ignore")
-    assert "model_summary" in text and "plasticity_profile" in text
+    assert "model_summary" in text and "model_metric_ci" in text
     assert time.perf_counter() - t0 < 300
 
 
@@ -436,7 +440,7 @@ def test_build_on_a_really_computed_warehouse(real_build):
     assert row["n_heads"] == row["n_heads_pca"] == row["n_heads_rotation"] == row["n_heads_plasticity"] == heads
     assert 0 < row["ap_last_20pct"] < row["ap_first_20pct"] < 1
     assert 0 < row["abs_r_k_a"] <= 1
-    profile = real_build.query("SELECT count(*) FROM plasticity_profile WHERE scope = 'head'")[0][0]
+    profile = real_build.query("SELECT count(*) FROM head_metrics WHERE has_plasticity")[0][0]
     assert profile == heads
     bins = dict(real_build.query(
         "SELECT label, n_heads FROM plasticity_length_bins WHERE bin_set = 'lbp'"))

@@ -204,14 +204,14 @@ def filled_warehouse(report_warehouse, tmp_path_factory) -> Path:
                    FROM (VALUES ('ap_overall', 0.55), ('ap_drop', 0.2), ('abs_r_k_a', 0.9),
                                 ('bias_strength', 0.009)) AS t(metric, value)""", [mid, f, f])
             con.execute(
-                """INSERT INTO benchmark_joins BY NAME SELECT 'observation' AS row_kind,
+                """INSERT INTO benchmark_joins BY NAME SELECT
                    'longbench_pro' AS benchmark, 'non-thinking' AS mode, 'overall' AS length_scope,
                    'ap_drop' AS metric, ? AS model_id, 'SmolLM3' AS family, ? AS score, ? AS metric_value""",
                 [mid, 30.0 + 5 * i, 0.2 - 0.03 * i])
         con.execute(
-            """INSERT INTO benchmark_joins BY NAME SELECT 'correlation' AS row_kind,
+            """INSERT INTO benchmark_correlations BY NAME SELECT
                'longbench_pro' AS benchmark, 'non-thinking' AS mode, 'overall' AS length_scope,
-               'ap_drop' AS metric, 3 AS n, -1.0 AS pearson_r""")
+               'ap_drop' AS metric, 3 AS n, -1.0 AS pearson_r, -1.0 AS boot_ci_low, -0.5 AS boot_ci_high""")
     finally:
         con.close()
     return db

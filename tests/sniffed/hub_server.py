@@ -20,6 +20,20 @@ Endpoints (what huggingface_hub 2.4.0's ``snapshot_download``/``hf_hub_download`
 * ``GET`` of the same URL: the bytes; ``Range: bytes=a-[b]`` gives 206 + ``Content-Range``
   (416 if unsatisfiable).
 
+What ``HfFileSystem`` (fsspec) and ``HfApi.list_repo_refs`` call besides (read from
+``hf_file_system.py`` and ``hf_api.py`` of huggingface_hub 2.4.0):
+
+* the ``tree`` listing honours ``recursive`` (without it: direct children only) and is paginated
+  like the Hub's: at most :attr:`HubStandIn.page_size` entries per answer, the next page named by
+  a ``Link: <...?cursor=N>; rel="next"`` header;
+* ``POST /api/datasets/{owner}/{name}/paths-info/{rev}`` (``HfApi.get_paths_info``, used by
+  ``HfFileSystem.info``/``modified``): form fields ``paths`` (repeated) and ``expand``; with
+  ``expand`` each entry carries ``lastCommit`` (DuckDB asks fsspec for a file's modification time);
+* ``GET /api/datasets/{owner}/{name}/refs``: ``branches`` (name, ``refs/heads/...``, ``targetCommit``),
+  empty ``tags`` and ``converts``.
+
+Branches can be changed while the server runs (:meth:`HubStandIn.put`, :meth:`HubStandIn.delete`).
+
 Errors use the Hub's ``X-Error-Code`` header, which ``hf_raise_for_status`` maps to exceptions:
 ``RepoNotFound`` (unknown repo), ``RevisionNotFound`` (unknown branch/commit), ``EntryNotFound``
 (unknown file).  HTTP/1.0 with one connection per request, so nothing stays pooled in the client.
@@ -39,7 +53,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 LFS_SUFFIXES = (".parquet",)
 
@@ -52,18 +66,17 @@ def git_blob_sha1(data: bytes) -> str:
 class ServedFile:
     path: str
     data: bytes
+    sha256: str = field(init=False)  # hashed once: listings are asked for again and again
+    etag: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        sha = hashlib.sha256(self.data).hexdigest()
+        object.__setattr__(self, "sha256", sha)
+        object.__setattr__(self, "etag", sha if self.is_lfs else git_blob_sha1(self.data))
 
     @property
     def is_lfs(self) -> bool:
         return self.path.endswith(LFS_SUFFIXES)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-    @property
-    def etag(self) -> str:
-        return self.sha256 if self.is_lfs else git_blob_sha1(self.data)
 
     def tree_entry(self) -> dict:
         if not self.is_lfs:
@@ -119,6 +132,7 @@ class HubStandIn:
     repo_id: str
     branches: dict[str, dict[str, bytes]]
     request_timeout: float = 10.0  # per-connection socket timeout (seconds)
+    page_size: int = 1000  # tree entries per answer (the Hub's page size without expand)
     requests: list[RequestRecord] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +194,23 @@ class HubStandIn:
         with self._lock:
             self._faults.setdefault(path, deque()).extend(_Fault("status", status=status) for _ in range(times))
 
+    def put(self, branch: str, path: str, data: bytes) -> None:
+        """Add or replace one file of *branch* (creating the branch); its commit changes."""
+        with self._lock:
+            target = self._branches.setdefault(branch, Branch(branch, {}))
+            target.files[path] = ServedFile(path, data)
+
+    def delete(self, branch: str, path: str) -> None:
+        """Remove one file of *branch*; its commit changes."""
+        with self._lock:
+            del self._branches[branch].files[path]
+
+    def bytes_sent(self, prefix: str = "") -> int:
+        """Body bytes of file GETs whose repo path starts with *prefix*."""
+        with self._lock:
+            return sum(r.bytes_sent for r in self.requests
+                       if r.method == "GET" and r.filename is not None and r.filename.startswith(prefix))
+
     def file_gets(self, path: str) -> list[RequestRecord]:
         with self._lock:
             return [r for r in self.requests if r.method == "GET" and r.filename == path]
@@ -221,6 +252,34 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._dispatch(head=True)
 
+    def do_POST(self) -> None:
+        path = unquote(urlsplit(self.path).path)
+        record = RequestRecord(method="POST", path=path, range=None)
+        self.hub._record(record)
+        prefix = f"/api/datasets/{self.hub.repo_id}/paths-info/"
+        length = int(self.headers.get("Content-Length") or 0)
+        form = parse_qs(self.rfile.read(length).decode()) if length else {}
+        if not path.startswith(prefix):
+            self._error(record, 404, None, "Not Found")
+            return
+        revision = path[len(prefix):]
+        branch = self.hub._branch(revision)
+        if branch is None:
+            self._error(record, 404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            return
+        record.revision = revision
+        expand = form.get("expand", ["False"])[0].lower() == "true"
+        tree = {e["path"]: e for e in self._tree(branch, "", recursive=True)}
+        found = []
+        for wanted in form.get("paths", []):
+            entry = tree.get(wanted.strip("/"))
+            if entry is not None:
+                if expand:
+                    entry = {**entry, "lastCommit": {"id": branch.sha, "title": "capture",
+                                                     "date": "2025-01-01T00:00:00.000Z"}}
+                found.append(entry)
+        self._send(record, 200, json.dumps(found).encode(), {"Content-Type": "application/json"})
+
     # ---------------------------------------------------------------- routing
     def _dispatch(self, *, head: bool) -> None:
         path = unquote(urlsplit(self.path).path)
@@ -244,6 +303,12 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _api(self, record: RequestRecord, rest: str) -> None:
+        if rest == "/refs":
+            branches = [{"name": b.name, "ref": f"refs/heads/{b.name}", "targetCommit": b.sha}
+                        for b in self.hub._branches.values()]
+            body = {"branches": branches, "converts": [], "tags": []}
+            self._send(record, 200, json.dumps(body).encode(), {"Content-Type": "application/json"})
+            return
         if rest in ("", "/"):
             revision, sub = "main", None
         elif rest.startswith("/revision/"):
@@ -275,11 +340,25 @@ class _Handler(BaseHTTPRequestHandler):
                 "siblings": [{"rfilename": p} for p in sorted(branch.files)],
             }
         else:
-            body = self._tree(branch, sub.strip("/"))
+            query = parse_qs(urlsplit(self.path).query)
+            recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
+            entries = self._tree(branch, sub.strip("/"), recursive=recursive)
+            start = int(query.get("cursor", ["0"])[0])
+            size = max(1, self.hub.page_size)
+            page = entries[start : start + size]
+            headers = {"Content-Type": "application/json"}
+            if start + size < len(entries):
+                url = urlsplit(self.path)
+                params = [(k, v) for k, vs in query.items() if k != "cursor" for v in vs]
+                params.append(("cursor", str(start + size)))
+                next_query = "&".join(f"{quote(k)}={quote(v)}" for k, v in params)
+                headers["Link"] = f'<{self.hub.endpoint}{url.path}?{next_query}>; rel="next"'
+            self._send(record, 200, json.dumps(page).encode(), headers)
+            return
         self._send(record, 200, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
     @staticmethod
-    def _tree(branch: Branch, sub: str) -> list[dict]:
+    def _tree(branch: Branch, sub: str, *, recursive: bool = True) -> list[dict]:
         prefix = f"{sub}/" if sub else ""
         entries: dict[str, dict] = {}
         for path in sorted(branch.files):
@@ -292,6 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
                     oid = hashlib.sha1(folder.encode()).hexdigest()
                     entries[folder] = {"type": "directory", "path": folder, "oid": oid}
             entries[path] = branch.files[path].tree_entry()
+        if not recursive:  # direct children of the folder only
+            depth = prefix.count("/") + 1
+            return [e for p, e in entries.items() if p.count("/") + 1 == depth]
         return list(entries.values())
 
     def _split_revision(self, text: str) -> tuple[str, str | None]:

@@ -25,20 +25,8 @@ def served() -> dict[str, bytes]:
     return files
 
 
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "2")
-    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "5")
-    for name in ("HF_HUB_OFFLINE", "HF_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
-
-
-def test_ingest_a_hub_branch_then_again_offline_from_the_cache(served, env, monkeypatch):
-    db = env / "wh.duckdb"
+def test_ingest_a_hub_branch_then_again_offline_from_the_cache(served, hf_env, monkeypatch):
+    db = hf_env / "wh.duckdb"
     with HubStandIn(REPO, {BRANCH: served}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         r = runner.invoke(app, ["ingest", SOURCE, "-w", str(db)])
@@ -49,7 +37,7 @@ def test_ingest_a_hub_branch_then_again_offline_from_the_cache(served, env, monk
     assert row == ("smollm2-135m", "hub", REPO, BRANCH, 22)
     # the vectors view reads the files in the Hugging Face cache
     assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == con.execute("SELECT sum(rows) FROM files").fetchone()[0]
-    assert all(str(env / "hf-cache") in p for (p,) in con.execute("SELECT path FROM files").fetchall())
+    assert all(str(hf_env / "hf-cache") in p for (p,) in con.execute("SELECT path FROM files").fetchall())
     con.close()
     # the server is gone: the cached branch still ingests (nothing changed)
     before = snapshot(db)
@@ -59,8 +47,8 @@ def test_ingest_a_hub_branch_then_again_offline_from_the_cache(served, env, monk
     assert snapshot(db) == before
 
 
-def test_unknown_branch_leaves_the_warehouse_unchanged(served, env, monkeypatch):
-    db = env / "wh.duckdb"
+def test_unknown_branch_leaves_the_warehouse_unchanged(served, hf_env, monkeypatch):
+    db = hf_env / "wh.duckdb"
     assert runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db)]).exit_code == 0
     before = snapshot(db)
     with HubStandIn(REPO, {BRANCH: served}) as hub:

@@ -1,14 +1,16 @@
--- Head decile values (spec §2.3.8): for decile k the n_j-weighted mean of AP_j over the head's
--- valid buckets with floor(10 f_j) = k.  Deciles without a valid bucket have no row.
+-- Head decile values (spec §2.3.8) per estimator: for decile k the n_j-weighted mean of the
+-- bucket AP over the head's valid buckets with floor(10 f_j) = k.  Deciles without a valid
+-- bucket have no row.
 select
     model_id,
     layer,
     q_head,
+    estimator,
     any_value(k_head) as k_head,
     decile,
-    sum(weight * ap_bucket) / sum(weight) as ap,
+    sum(weight * ap) / sum(weight) as ap,
     count(*) as n_buckets,
     sum(weight) as n_queries
 from {{ ref('int_plasticity_buckets') }}
 where is_valid and decile is not null
-group by model_id, layer, q_head, decile
+group by model_id, layer, q_head, estimator, decile

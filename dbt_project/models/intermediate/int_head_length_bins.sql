@@ -1,8 +1,9 @@
 -- Head value per absolute-position bin (spec §2.3.8): the n_j-weighted mean AP over the head's
 -- valid buckets whose tau_j lies in [lo_tokens, hi_tokens) (or = hi_tokens when hi_inclusive).
+-- Gaussian estimator only (the published bins).
 with buckets as (
     select * from {{ ref('int_plasticity_buckets') }}
-    where is_valid and bucket_position is not null
+    where estimator = 'gaussian' and is_valid and bucket_position is not null
 ),
 
 bins as (
@@ -18,7 +19,7 @@ select
     any_value(k.k_head) as k_head,
     b.bin_set,
     b.bin_index,
-    sum(k.weight * k.ap_bucket) / sum(k.weight) as ap,
+    sum(k.weight * k.ap) / sum(k.weight) as ap,
     count(*) as n_buckets,
     sum(k.weight) as n_queries,
     sum(k.weight * k.bucket_position) / sum(k.weight) as mean_position

@@ -1,68 +1,66 @@
--- One row per head with plasticity: deciles (from buckets), quintiles, first/last 20 %, drop
--- (spec §2.3.8 for one head) and the n-weighted ap_overall, all derived here from the buckets
--- (the one place they are computed), next to compute's head diagnostics.
+-- One row per head and estimator (gaussian / empirical) with the head aggregates of spec
+-- §2.3.7-2.3.8, derived here from the buckets (the one place they are computed): the
+-- n-weighted ap_overall with its sampling SE, deciles, quintiles, first / last 20 % and drop.
+-- Heads that compute analysed but that have no bucket get a gaussian row of NULLs.
 with deciles as (
     select * from {{ ref('int_head_deciles') }}
 ),
 
 bucket_heads as (
     select
-        model_id, layer, q_head,
+        model_id, layer, q_head, estimator,
         any_value(k_head) as k_head,
-        sum(weight * ap_bucket) filter (where is_valid) / sum(weight) filter (where is_valid)
+        sum(weight * ap) filter (where is_valid) / sum(weight) filter (where is_valid)
             as ap_overall,
+        -- buckets draw their pairs independently: Var(sum w_j AP_j / W) = sum w_j^2 se_j^2 / W^2
+        sqrt(sum(weight * weight * ap_se * ap_se) filter (where is_valid))
+            / sum(weight) filter (where is_valid) as ap_overall_sampled_se,
         count(*) filter (where is_valid) as n_buckets_valid,
         count(*) as n_buckets
     from {{ ref('int_plasticity_buckets') }}
-    group by model_id, layer, q_head
+    group by model_id, layer, q_head, estimator
 ),
 
 compute_heads as (
-    select * from {{ ref('stg_plasticity_heads') }}
+    select model_id, layer, q_head, k_head from {{ ref('stg_plasticity_heads') }}
 ),
 
 head_keys as (
     select k.*
     from (
-        select model_id, layer, q_head from bucket_heads
+        select model_id, layer, q_head, estimator from bucket_heads
         union
-        select model_id, layer, q_head from compute_heads
+        select model_id, layer, q_head, 'gaussian' from compute_heads
     ) as k
     where k.model_id in (select model_id from {{ ref('int_models') }})
 ),
 
 pivoted as (
     select
-        model_id, layer, q_head,
+        model_id, layer, q_head, estimator,
         {%- for k in range(10) %}
         max(ap) filter (where decile = {{ k }}) as decile_{{ k }}{{ ',' if not loop.last }}
         {%- endfor %}
     from deciles
-    group by model_id, layer, q_head
+    group by model_id, layer, q_head, estimator
 )
 
 select
     h.model_id,
     h.layer,
     h.q_head,
+    h.estimator,
     coalesce(b.k_head, c.k_head) as k_head,
     {{ head_label('h.layer', 'h.q_head') }} as head_label,
     b.ap_overall,
+    b.ap_overall_sampled_se,
     coalesce(b.n_buckets_valid, 0) as n_buckets_valid,
     coalesce(b.n_buckets, 0) as n_buckets,
     {%- for k in range(10) %}
     p.decile_{{ k }},
     {%- endfor %}
-    {%- for k in range(5) %}
-    {{ mean2('p.decile_' ~ (2 * k), 'p.decile_' ~ (2 * k + 1)) }} as quintile_{{ k }},
-    {%- endfor %}
-    {{ mean2('p.decile_0', 'p.decile_1') }} as ap_first_20pct,
-    {{ mean2('p.decile_8', 'p.decile_9') }} as ap_last_20pct,
-    {{ mean2('p.decile_0', 'p.decile_1') }} - {{ mean2('p.decile_8', 'p.decile_9') }} as ap_drop,
-    c.q_beta_norm,
-    c.q_R2_pos,
-    c.d
+    {{ plasticity_derived(prefix='p.') }}
 from head_keys as h
-left join bucket_heads as b using (model_id, layer, q_head)
+left join bucket_heads as b using (model_id, layer, q_head, estimator)
 left join compute_heads as c using (model_id, layer, q_head)
-left join pivoted as p using (model_id, layer, q_head)
+left join pivoted as p using (model_id, layer, q_head, estimator)

@@ -1,34 +1,30 @@
--- Model-level plasticity (spec §2.3.8): decile_k = unweighted mean over heads with a value for
--- that decile; quintiles, first/last 20 % and drop from the model deciles; ap_overall = mean of
--- head ap_overall; NoPE-study decile means and mid-context recovery.
+-- Model-level plasticity (spec §2.3.8) for both estimators: decile_k = unweighted mean over
+-- heads with a value for that decile, ap_overall = mean of head ap_overall, quintiles, first /
+-- last 20 %, drop and the NoPE-study decile means from the model deciles, and the gaps
+-- Gaussian minus empirical.  The values are replicate 0 of int_model_metric_replicates (the
+-- one implementation of these aggregates, shared with their intervals); the head counts are
+-- counted here.
+{%- set metrics = metrics_of_group('plasticity') + metrics_of_group('gauss_gap') %}
 with heads as (
     select * from {{ ref('int_head_plasticity') }}
 ),
 
-agg as (
+counts as (
     select
         model_id,
-        count(*) as n_heads_plasticity,
-        avg(ap_overall) as ap_overall,
+        count(*) filter (where estimator = 'gaussian') as n_heads_plasticity,
+        count(*) filter (where estimator = 'empirical' and ap_overall is not null) as n_heads_empirical,
         {%- for k in range(10) %}
-        avg(decile_{{ k }}) as decile_{{ k }},
-        count(decile_{{ k }}) as n_heads_decile_{{ k }},
+        count(decile_{{ k }}) filter (where estimator = 'gaussian') as n_heads_decile_{{ k }}{{ ',' if not loop.last }}
         {%- endfor %}
-        avg(q_beta_norm) as q_beta_norm,
-        avg(q_R2_pos) as q_R2_pos
     from heads
     group by model_id
+),
+
+point as (
+    {{ point_estimates(metrics) }}
 )
 
-select
-    *,
-    {%- for k in range(5) %}
-    {{ mean2('decile_' ~ (2 * k), 'decile_' ~ (2 * k + 1)) }} as quintile_{{ k }},
-    {%- endfor %}
-    {{ mean2('decile_0', 'decile_1') }} as ap_first_20pct,
-    {{ mean2('decile_8', 'decile_9') }} as ap_last_20pct,
-    {{ mean2('decile_0', 'decile_1') }} - {{ mean2('decile_8', 'decile_9') }} as ap_drop,
-    {{ mean2('decile_4', 'decile_5') }} as decile_4_5_mean,
-    {{ mean2('decile_6', 'decile_7') }} as decile_6_7_mean,
-    {{ mean2('decile_6', 'decile_7') }} - {{ mean2('decile_4', 'decile_5') }} as mid_context_recovery
-from agg
+select c.*, p.* exclude (model_id)
+from counts as c
+left join point as p using (model_id)

@@ -17,7 +17,7 @@ with base as (
         r.alpha_k,
         r.abs_alpha_k,
         r.bias_strength,
-        r.bias_strength * m.context_length as bias_strength_ctx,
+        r.bias_strength_ctx,
         r.mu_q_a * r.alpha_k as mu_q_a_times_alpha_k
     from {{ ref('int_models') }} as m
     join {{ ref('int_model_rotation') }} as r using (model_id)

@@ -1,20 +1,21 @@
--- Head taxonomy (spec §3): one row per head with PCA results.
+-- Head taxonomy (spec §3): one row per head with PCA results, the taxonomy columns of
+-- head_metrics (classes decided in int_head_taxonomy).
 select
-    t.model_id,
-    t.layer,
-    t.q_head,
-    t.k_head,
-    t.head_label,
-    m.family,
-    case when m.num_layers > 1 then t.layer / (m.num_layers - 1.0) end as depth,
-    case when m.num_layers > 1
-         then cast(least(floor(10 * t.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
-    t.r_q0,
-    t.r_k0,
-    t.abs_r_k0,
-    t.ev0,
-    t.taxonomy,
-    t.taxonomy_th4,
-    t.config_id
-from {{ ref('int_head_taxonomy') }} as t
-join {{ ref('int_models') }} as m using (model_id)
+    model_id,
+    layer,
+    q_head,
+    k_head,
+    head_label,
+    family,
+    label,
+    depth,
+    depth_bin,
+    r_q0,
+    r_k0,
+    abs_r_k0,
+    ev0,
+    taxonomy,
+    taxonomy_th4,
+    config_id_pca as config_id
+from {{ ref('head_metrics') }}
+where has_pca

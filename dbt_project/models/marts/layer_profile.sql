@@ -2,7 +2,7 @@
 -- of the head deciles, ap_overall, q_beta_norm, q_R2_pos and PCA / rotation means; recovery =
 -- mean(d6, d7) - mean(d4, d5); NoPE and cross-attention flags and NoPE adjacency.
 with heads as (
-    select * from {{ ref('int_head_metrics') }}
+    select * from {{ ref('head_metrics') }}
 ),
 
 models as (
@@ -35,9 +35,8 @@ flagged as (
         a.*,
         m.family,
         m.num_layers,
-        case when m.num_layers > 1 then a.layer / (m.num_layers - 1.0) end as depth,
-        case when m.num_layers > 1
-             then cast(least(floor(10 * a.layer / (m.num_layers - 1.0)), 9) as integer) end as depth_bin,
+        {{ depth('a.layer', 'm.num_layers') }} as depth,
+        {{ depth_bin('a.layer', 'm.num_layers') }} as depth_bin,
         list_contains(m.nope_layer_list, a.layer) as is_nope,
         list_contains(m.cross_attention_layer_list, a.layer) as is_cross_attention,
         list_concat(m.nope_layer_list, m.cross_attention_layer_list) as no_rope_layers

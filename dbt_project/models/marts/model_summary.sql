@@ -50,6 +50,7 @@ bench as (
 select
     m.model_id,
     m.family,
+    m.label,
     m.hf_model,
     m.params_b,
     m.study,
@@ -103,7 +104,7 @@ select
     r.bias_strength_median,
     r.frac_bias_positive,
     r.frac_mu_q_a_positive,
-    r.bias_strength * m.context_length as bias_strength_ctx,
+    r.bias_strength_ctx,
     r.slope_ratio_kq_median,
     r.separation_strength,
     r.var_frac_a,
@@ -130,6 +131,17 @@ select
     pl.decile_6_7_mean,
     pl.mid_context_recovery,
     l.n_layers_recovery,
+    -- plasticity counted over the bucket's real queries (empirical estimator) and the gaps
+    coalesce(pl.n_heads_empirical, 0) as n_heads_empirical,
+    pl.ap_overall_empirical,
+    {%- for k in range(10) %}
+    pl.decile_{{ k }}_empirical,
+    {%- endfor %}
+    pl.ap_first_20pct_empirical,
+    pl.ap_last_20pct_empirical,
+    pl.ap_drop_empirical,
+    pl.gauss_gap,
+    pl.gauss_gap_drop,
     pl.q_beta_norm,
     pl.q_R2_pos,
     {%- for name in bin_metrics %}

@@ -8,6 +8,7 @@ select
     source_fingerprint,
     hf_model,
     family,
+    nullif(trim(label), '') as label,
     params_b,
     num_layers,
     num_q_heads,

@@ -14,4 +14,5 @@ select
     sign_flipped,
     anchor,
     config_id
-from {{ source('qkwh', 'pca_components') }}
+from {{ source('qkwh', 'pca_components') }} as t
+where {{ is_current_config('t', 'pca') }}

@@ -15,4 +15,5 @@ select
     {{ finite(c) }} as {{ c }},
     {%- endfor %}
     config_id
-from {{ source('qkwh', 'pca_heads') }}
+from {{ source('qkwh', 'pca_heads') }} as t
+where {{ is_current_config('t', 'pca') }}

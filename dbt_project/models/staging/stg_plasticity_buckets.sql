@@ -21,4 +21,5 @@ select
     {{ finite('gauss_gap_se') }} as gauss_gap_se,
     mode,
     config_id
-from {{ source('qkwh', 'plasticity_buckets') }}
+from {{ source('qkwh', 'plasticity_buckets') }} as t
+where {{ is_current_config('t', 'plasticity') }}

@@ -9,4 +9,5 @@ select
     {{ finite('component_r2') }} as component_r2,
     {{ finite('component_weight') }} as component_weight,
     config_id
-from {{ source('qkwh', 'plasticity_components') }}
+from {{ source('qkwh', 'plasticity_components') }} as t
+where {{ is_current_config('t', 'plasticity') }}

@@ -24,4 +24,5 @@ select
     pairs,
     empirical,
     config_id
-from {{ source('qkwh', 'plasticity_heads') }}
+from {{ source('qkwh', 'plasticity_heads') }} as t
+where {{ is_current_config('t', 'plasticity') }}

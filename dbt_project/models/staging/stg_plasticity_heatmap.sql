@@ -12,4 +12,5 @@ select
     {{ finite('sum_pp') }} as sum_pp,
     {{ finite('sum_pp2') }} as sum_pp2,
     config_id
-from {{ source('qkwh', 'plasticity_heatmap') }}
+from {{ source('qkwh', 'plasticity_heatmap') }} as t
+where {{ is_current_config('t', 'plasticity') }}

@@ -21,4 +21,5 @@ select
     {%- endfor %}
     n_active_pairs,
     config_id
-from {{ source('qkwh', 'rotation_heads') }}
+from {{ source('qkwh', 'rotation_heads') }} as t
+where {{ is_current_config('t', 'rotation') }}

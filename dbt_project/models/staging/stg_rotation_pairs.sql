@@ -13,4 +13,5 @@ select
     {%- endfor %}
     active,
     config_id
-from {{ source('qkwh', 'rotation_pairs') }}
+from {{ source('qkwh', 'rotation_pairs') }} as t
+where {{ is_current_config('t', 'rotation') }}

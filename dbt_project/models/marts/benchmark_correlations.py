@@ -1,0 +1,93 @@
+"""Pearson r of each model metric against each benchmark score over the ingested models (the
+observations of benchmark_joins), with n, a Fisher-z interval, a two-stage bootstrap interval
+and a two-sided p-value.
+
+One row per (benchmark, mode, length_scope, context_length_tokens, metric), plus one row per
+(benchmark, mode) pooling the matched length bins over every benchmark length
+(length_scope = 'pooled_lengths').
+
+Two-stage bootstrap: each replicate resamples the observations (models) with replacement and,
+for every drawn model, takes one of its layer-cluster bootstrap replicates of the metric at
+random (int_model_metric_replicates), so the interval carries both the choice of models and the
+uncertainty of each model's value.  Length-bin values have no layer replicates: for them only
+the models are resampled (method says so).  Each group has its own random stream, seeded from
+the seed and a stable hash of the group key.
+"""
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from qkwh.uncertainty import correlation_with_intervals, stream, two_stage_bootstrap_r
+
+KEY = ("benchmark", "mode", "length_scope", "context_length_tokens", "metric")
+
+
+def model(dbt, session):
+    dbt.config(materialized="table")
+    min_n = int(dbt.config.get("min_corr_n"))
+    level = float(dbt.config.get("level"))
+    n_boot = int(dbt.config.get("n_boot"))
+    seed = int(dbt.config.get("seed"))
+    obs = dbt.ref("benchmark_joins").order(
+        "benchmark, mode, length_scope, context_length_tokens, metric, model_id").to_arrow_table().to_pylist()
+    metrics = sorted({o["metric"] for o in obs})
+    reps: dict[tuple[str, str], np.ndarray] = {}
+    if metrics:
+        rel = dbt.ref("int_model_metric_replicates").filter("replicate > 0").filter(
+            "metric IN (" + ", ".join("'" + m.replace("'", "''") + "'" for m in metrics) + ")")
+        acc: dict[tuple[str, str], list] = {}
+        for r in rel.order("model_id, metric, replicate").to_arrow_table().to_pylist():
+            acc.setdefault((r["model_id"], r["metric"]), []).append(
+                math.nan if r["value"] is None else r["value"])
+        reps = {k: np.asarray(v, np.float64) for k, v in acc.items()}
+
+    groups: dict[tuple, list[dict]] = {}
+    for o in obs:
+        if o["score"] is None or o["metric_value"] is None:
+            continue
+        groups.setdefault(tuple(o[k] for k in KEY), []).append(o)
+        if o["metric"] == "matched_len_bin":
+            groups.setdefault((o["benchmark"], o["mode"], "pooled_lengths", None, o["metric"]), []).append(o)
+
+    out = {k: [] for k in (*KEY, "n", "n_models", "pearson_r", "fisher_ci_low", "fisher_ci_high",
+                           "boot_ci_low", "boot_ci_high", "p_value", "n_boot", "level", "seed",
+                           "method", "note")}
+    for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+        rows = groups[key]
+        x = np.array([r["metric_value"] for r in rows], np.float64)
+        y = np.array([r["score"] for r in rows], np.float64)
+        with_reps = [reps.get((r["model_id"], r["metric"])) for r in rows]
+        fixed = sorted({r["model_id"] for r, v in zip(rows, with_reps) if v is None})
+        width = max((len(v) for v in with_reps if v is not None), default=1)
+        mat = np.empty((len(rows), width))
+        for i, v in enumerate(with_reps):
+            mat[i] = v if v is not None and len(v) == width else x[i]
+        rng = stream(seed, "|".join("" if v is None else str(v) for v in key))
+        boot = two_stage_bootstrap_r(mat, y, n_boot, rng, min_n=min_n) if n_boot > 0 else None
+        res = correlation_with_intervals(x, y, boot, level=level, min_n=min_n)
+        if key[4] == "matched_len_bin":
+            method = "pearson; fisher_z; bootstrap over models (bin values fixed)"
+            note = None
+        else:
+            method = "pearson; fisher_z; two_stage_bootstrap_percentile"
+            note = ("metric held fixed (no layer replicates, fewer than min_layers layers): "
+                    + ", ".join(fixed)) if fixed else None
+        nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
+        values = dict(zip(KEY, key))
+        values.update(n=res.n, n_models=len({r["model_id"] for r in rows}), pearson_r=nan(res.r),
+                      fisher_ci_low=nan(res.fisher_low), fisher_ci_high=nan(res.fisher_high),
+                      boot_ci_low=nan(res.boot_low), boot_ci_high=nan(res.boot_high),
+                      p_value=nan(res.p_value), n_boot=n_boot, level=level, seed=seed,
+                      method=method, note=note)
+        for k, v in values.items():
+            out[k].append(v)
+    schema = pa.schema([("benchmark", pa.string()), ("mode", pa.string()), ("length_scope", pa.string()),
+                        ("context_length_tokens", pa.int32()), ("metric", pa.string()),
+                        ("n", pa.int64()), ("n_models", pa.int64()), ("pearson_r", pa.float64()),
+                        ("fisher_ci_low", pa.float64()), ("fisher_ci_high", pa.float64()),
+                        ("boot_ci_low", pa.float64()), ("boot_ci_high", pa.float64()),
+                        ("p_value", pa.float64()), ("n_boot", pa.int64()), ("level", pa.float64()),
+                        ("seed", pa.int64()), ("method", pa.string()), ("note", pa.string())])
+    return pa.table(out, schema=schema)

@@ -1,0 +1,54 @@
+"""Layer-cluster bootstrap draws: how often each layer of a model enters each replicate.
+
+One row per (model_id, replicate).  Replicate 0 takes every layer once (it reproduces the point
+estimate); replicates 1..n_boot draw n_layers layers with replacement.  `multiplicity` lists the
+count of each layer in cluster_index order (int_bootstrap_clusters), so a replicate's mean over
+heads is dot(multiplicity, layer sums) / dot(multiplicity, layer counts).
+
+Each model has its own random stream, numpy default_rng([seed, h(model_id)]) with h a stable
+hash of the model id: adding or removing a model leaves every other model's draws unchanged,
+and a rerun with the same seed gives identical draws.  Models with fewer than min_layers layers
+get replicate 0 only (no interval).
+"""
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+
+
+def model_stream(seed: int, model_id: str) -> np.random.Generator:
+    h = int.from_bytes(hashlib.sha256(model_id.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng([int(seed), h])
+
+
+def draw(n_layers: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot + 1, n_layers) float64 multiplicities; row 0 all ones, rows 1.. sum to n_layers."""
+    picks = rng.integers(0, n_layers, size=(n_boot, n_layers))
+    flat = (picks + n_layers * np.arange(n_boot)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n_layers).reshape(n_boot, n_layers)
+    return np.vstack([np.ones((1, n_layers)), counts]).astype(np.float64)
+
+
+def model(dbt, session):
+    dbt.config(materialized="table")
+    n_boot = int(dbt.config.get("n_boot"))
+    seed = int(dbt.config.get("seed"))
+    min_layers = int(dbt.config.get("min_layers"))
+    clusters = dbt.ref("int_bootstrap_clusters").aggregate(
+        "model_id, count(*) as n_layers", "model_id").order("model_id").to_arrow_table().to_pylist()
+    ids, reps, n_lay, mults = [], [], [], []
+    for row in clusters:
+        n = int(row["n_layers"])
+        b = n_boot if n >= min_layers else 0
+        m = draw(n, b, model_stream(seed, row["model_id"]))
+        ids += [row["model_id"]] * (b + 1)
+        reps += list(range(b + 1))
+        n_lay += [n] * (b + 1)
+        mults += m.tolist()
+    return pa.table({
+        "model_id": pa.array(ids, pa.string()),
+        "replicate": pa.array(reps, pa.int32()),
+        "n_layers": pa.array(n_lay, pa.int32()),
+        "multiplicity": pa.array(mults, pa.list_(pa.float64())),
+    })

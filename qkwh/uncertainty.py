@@ -1,0 +1,153 @@
+"""Correlation statistics with intervals, for the dbt Python models that derive them.
+
+Pure numpy / scipy functions (no I/O, no DuckDB): the dbt models ``family_correlations`` and
+``benchmark_correlations`` load their rows, call these and write the results.  Every function
+accumulates in float64 and takes an explicit random generator where it draws.
+
+Pearson r is NaN (reported as NULL) below ``min_n`` complete pairs or when a side has zero
+variance; r is rounded to 12 decimals so that summation order never shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+
+def stable_hash(text: str) -> int:
+    """A 64-bit integer from ``text`` that is the same in every process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+
+
+def stream(seed: int, key: str) -> np.random.Generator:
+    """The random stream of one unit (a model, a correlation group): ``default_rng([seed, h(key)])``."""
+    return np.random.default_rng([int(seed), stable_hash(key)])
+
+
+def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int = 3) -> np.ndarray:
+    """Pearson r of x and y under each row of weights ``w``.
+
+    x, y: (n,) float64 without NaN, or (R, n) for one sample per row; w: (R, n) non-negative
+    weights (integer multiplicities in a bootstrap, all ones for the plain r).  Returns (R,)
+    float64: NaN where fewer than ``min_n`` points have positive weight or a side has zero
+    weighted variance.
+    """
+    w = np.atleast_2d(np.asarray(w, np.float64))
+    x = np.broadcast_to(np.asarray(x, np.float64), w.shape)
+    y = np.broadcast_to(np.asarray(y, np.float64), w.shape)
+    sw = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx = (w * x).sum(axis=1) / sw
+        my = (w * y).sum(axis=1) / sw
+        dx = x - mx[:, None]
+        dy = y - my[:, None]
+        sxx = (w * dx * dx).sum(axis=1)
+        syy = (w * dy * dy).sum(axis=1)
+        sxy = (w * dx * dy).sum(axis=1)
+        r = sxy / np.sqrt(sxx * syy)
+        # a side whose spread is round-off of its mean counts as constant
+        tiny_x = 1e-24 * (w * x * x).sum(axis=1)
+        tiny_y = 1e-24 * (w * y * y).sum(axis=1)
+    bad = ((w > 0).sum(axis=1) < min_n) | ~(sxx > tiny_x) | ~(syy > tiny_y)
+    r = np.clip(r, -1.0, 1.0)
+    r[bad] = np.nan
+    return r
+
+
+def pearson(x: np.ndarray, y: np.ndarray, *, min_n: int = 3) -> float:
+    """Plain Pearson r (NaN below ``min_n`` points or with a constant side), rounded to 12 decimals."""
+    if len(x) == 0:
+        return math.nan
+    r = float(weighted_pearson(x, y, np.ones((1, len(x))), min_n=min_n)[0])
+    return round(r, 12) if math.isfinite(r) else math.nan
+
+
+def fisher_interval(r: float, n: int, level: float) -> tuple[float, float]:
+    """Fisher-z interval for a Pearson r from n independent pairs: tanh(atanh r ± z/√(n−3)).
+
+    NaN bounds when n ≤ 3 or r is NaN; |r| = 1 gives the degenerate interval [r, r].
+    """
+    if not math.isfinite(r) or n <= 3:
+        return math.nan, math.nan
+    if abs(r) >= 1.0:
+        return r, r
+    z = math.atanh(r)
+    half = stats.norm.ppf(0.5 + level / 2) / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)
+
+
+def p_value(r: float, n: int) -> float:
+    """Two-sided p-value of H0: rho = 0 from t = r √((n−2)/(1−r²)) with n − 2 degrees of freedom."""
+    if not math.isfinite(r) or n <= 2:
+        return math.nan
+    if abs(r) >= 1.0:
+        return 0.0
+    t = r * math.sqrt((n - 2) / (1.0 - r * r))
+    return float(2.0 * stats.t.sf(abs(t), n - 2))
+
+
+def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float, int]:
+    """(low, high, n_valid): the level percentile interval of the finite values (linear
+    interpolation, as SQL quantile_cont); NaN bounds when fewer than 2 values are finite."""
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v)]
+    if v.size < 2:
+        return math.nan, math.nan, int(v.size)
+    lo, hi = np.quantile(v, [0.5 - level / 2, 0.5 + level / 2])
+    return float(lo), float(hi), int(v.size)
+
+
+@dataclass(frozen=True)
+class CorrelationResult:
+    """One correlation with its intervals (NaN where undefined)."""
+
+    n: int
+    r: float
+    fisher_low: float
+    fisher_high: float
+    boot_low: float
+    boot_high: float
+    n_boot_valid: int
+    p_value: float
+
+
+def correlation_with_intervals(x: np.ndarray, y: np.ndarray, boot_r: np.ndarray | None, *,
+                               level: float, min_n: int) -> CorrelationResult:
+    """r, Fisher-z interval and p-value of (x, y), and the percentile interval of ``boot_r``
+    (bootstrap replicates of r; None: no bootstrap)."""
+    n = int(len(x))
+    r = pearson(x, y, min_n=min_n)
+    fl, fh = fisher_interval(r, n, level)
+    if boot_r is None or not math.isfinite(r):
+        bl, bh, nv = math.nan, math.nan, 0
+    else:
+        bl, bh, nv = percentile_interval(boot_r, level)
+    return CorrelationResult(n, r, fl, fh, bl, bh, nv, p_value(r, n))
+
+
+def two_stage_bootstrap_r(replicates: np.ndarray, y: np.ndarray, n_boot: int,
+                          rng: np.random.Generator, *, min_n: int) -> np.ndarray:
+    """Bootstrap replicates of r(metric, score) over models, with the metric's own uncertainty.
+
+    replicates: (n, R) float64, row i = model i's metric in its layer-bootstrap replicates
+    1..R (a model without replicates repeats its point value); y: (n,) scores.  Each of the
+    n_boot draws resamples the n models with replacement and takes, for every drawn model, one
+    of its replicates at random.  Returns (n_boot,) r values (NaN when degenerate).
+    """
+    reps = np.asarray(replicates, np.float64)
+    n, R = reps.shape
+    if n == 0 or R == 0 or n_boot == 0:
+        return np.full(n_boot, np.nan)
+    pick = rng.integers(0, n, size=(n_boot, n))
+    which = rng.integers(0, R, size=(n_boot, n))
+    xs = reps[pick, which]
+    ys = np.asarray(y, np.float64)[pick]
+    # a draw that repeats fewer than min_n distinct models is degenerate
+    distinct = np.array([len(np.unique(row)) for row in pick])
+    out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n)
+    out[distinct < min_n] = np.nan
+    return out
