@@ -1,4 +1,6 @@
-# Two entry points: `make demo` and `make test`. Each creates .venv on first use.
+# Two entry points: `make demo` and `make test`. Each creates .venv on first use (editable install).
+# `make demo` keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/)
+# and its report in reports/demo/.
 PYTHON ?= python3.11
 # the CPU build of torch for the capture extra (on disk here); installed first so that nothing
 # pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
@@ -11,7 +13,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test install clean bench
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/qkwh demo
+	$(BIN)/qkwh demo --warehouse warehouse/demo.duckdb
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -32,4 +34,5 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) warehouse/qkwh.duckdb warehouse/qkwh.duckdb.wal dbt_project/target dbt_project/logs
+	rm -rf $(VENV) build warehouse/demo.duckdb warehouse/demo.duckdb.wal warehouse/demo.dbt reports/demo \
+		dbt_project/target dbt_project/logs

@@ -1,3 +1,8 @@
 """qkwh: an analytical warehouse for sniffed post-RoPE Q/K vectors of LLM attention heads."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__: str = version("qkwh")  # pyproject.toml is the one place the version is set
+except PackageNotFoundError:  # pragma: no cover - imported from a source tree that is not installed
+    __version__ = "0+unknown"

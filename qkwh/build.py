@@ -1,13 +1,16 @@
-"""Build the marts: run the dbt project in ``dbt_project/`` in-process against one warehouse.
+"""Build the marts: run the dbt project in-process against one warehouse.
 
 ``build()`` is ``qkwh build``: seeds, staging views, intermediate models, marts, every data test
 and every unit test (``dbt build``).  ``docs_generate()`` is ``qkwh docs``: the dbt docs site as a
 single self-contained HTML file.
 
-dbt is pointed at the warehouse through the ``QKWH_WAREHOUSE`` environment variable, which
-``dbt_project/profiles.yml`` reads; it is set to the resolved absolute path for the duration of
-the run.  ``target/`` and ``logs/`` stay inside ``dbt_project/`` (or a directory the caller
-names); anonymous usage statistics and version checks are off, so nothing touches the network.
+The dbt project is read where :mod:`qkwh.paths` finds it (package data in an installed wheel,
+``dbt_project/`` in a clone) and is never written to: dbt's ``target/`` (compiled SQL, partial
+parse state, the docs site), its ``logs/`` and the ``profiles.yml`` it reads live in a work folder
+next to the warehouse, ``<warehouse name>.dbt/`` (``qkwh.duckdb`` -> ``qkwh.dbt/``).  The profile
+points dbt at the warehouse through the ``QKWH_WAREHOUSE`` environment variable, set to the
+resolved absolute path for the duration of the run.  Anonymous usage statistics and version
+checks are off, so nothing touches the network.
 """
 
 from __future__ import annotations
@@ -125,9 +128,11 @@ def build(
     """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
 
     WAREHOUSE is the DuckDB file (the CLI resolves --warehouse, then $QKWH_WAREHOUSE, then
-    warehouse/qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary"
-    or "head_metrics+"); --full-refresh rebuilds everything from scratch.  The warehouse
-    must not be open for writing in another process while the build runs.
+    ./qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary" or
+    "head_metrics+"); --full-refresh rebuilds everything from scratch.  dbt writes into
+    :func:`dbt_work_dir` unless TARGET_DIR names the target folder (its parent then holds logs/
+    and profiles.yml).  The warehouse must not be open for writing in another process while the
+    build runs.
 
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
@@ -159,7 +164,7 @@ def docs_generate(
     Runs `dbt docs generate --static` against the warehouse (which should have been built with
     `qkwh build` so the catalog lists every column) and returns target/static_index.html, a
     single HTML file with the manifest and catalog embedded: open it in any browser, no server
-    needed.  (`dbt docs serve --project-dir dbt_project --profiles-dir dbt_project` also works.)
+    needed.  The site lives in the warehouse's dbt work folder (:func:`dbt_work_dir`).
     """
     result = _run_dbt(
         Path(warehouse), ["docs", "generate", "--static"], target_dir=target_dir, log_sink=log_sink
@@ -170,9 +175,31 @@ def docs_generate(
     return static if static.exists() else result.target_path / "index.html"
 
 
+def dbt_work_dir(warehouse: Path) -> Path:
+    """Where dbt writes for this warehouse: ``<folder>/<name without suffix>.dbt/``.
+
+    It holds ``target/`` (compiled SQL, partial-parse state, the docs site), ``logs/dbt.log``
+    and the generated ``profiles.yml``; each warehouse has its own, so builds of two warehouses
+    never share parse state.
+    """
+    warehouse = Path(warehouse).expanduser().resolve()
+    return warehouse.with_name(warehouse.stem + ".dbt")
+
+
 # ------------------------------------------------------------------------------------------
 # internals
 # ------------------------------------------------------------------------------------------
+
+
+def _write_profiles(work: Path) -> Path:
+    """Copy the project's ``profiles.yml`` into ``work`` (dbt reads, and may write, its profiles
+    folder; the packaged project stays untouched).  Returns the folder."""
+    work.mkdir(parents=True, exist_ok=True)
+    text = (DBT_PROJECT_DIR / "profiles.yml").read_text()
+    dst = work / "profiles.yml"
+    if not dst.exists() or dst.read_text() != text:
+        dst.write_text(text)
+    return work
 
 
 def _run_dbt(
@@ -186,14 +213,17 @@ def _run_dbt(
 
     warehouse = warehouse.expanduser().resolve()
     _prepare_warehouse(warehouse)
-    target_path = (target_dir or DBT_PROJECT_DIR / "target").resolve()
-    log_path = target_path.parent / "logs" if target_dir else DBT_PROJECT_DIR / "logs"
+    target_path = Path(target_dir).expanduser().resolve() if target_dir else None
+    work = target_path.parent if target_path else dbt_work_dir(warehouse)
+    target_path = target_path or work / "target"
+    log_path = work / "logs"
+    profiles_dir = _write_profiles(work)
     command = " ".join(a for a in command_args if not a.startswith("-"))
 
     args = [
         *command_args,
         "--project-dir", str(DBT_PROJECT_DIR),
-        "--profiles-dir", str(DBT_PROJECT_DIR),
+        "--profiles-dir", str(profiles_dir),
         "--target-path", str(target_path),
         "--log-path", str(log_path),
         "--log-level", "none",  # console output goes through the callback below

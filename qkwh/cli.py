@@ -12,10 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from qkwh.errors import QkwhError
+from qkwh.paths import DOCS_DIR
 
 app = typer.Typer(
     help="qkwh: a DuckDB warehouse of sniffed post-RoPE Q/K vectors and the attention-geometry "
-    "metrics computed from them (PCA, planar rotation, attention plasticity).",
+    "metrics computed from them (PCA, planar rotation, attention plasticity).  Tables, metrics "
+    f"and the input format are documented in {DOCS_DIR} (docs/ of the repository).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -25,7 +27,7 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 WarehouseOpt = Annotated[
     Optional[Path],
-    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else warehouse/qkwh.duckdb)."),
+    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory)."),
 ]
 
 
@@ -55,7 +57,7 @@ def _friendly(fn):
 @_friendly
 def ingest(
     sources: Annotated[list[str], typer.Argument(help="Sniffed dataset folder(s), or hf://datasets/OWNER/NAME@BRANCH (several branches: list them, or --all-branches).")],
-    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under (needed when the model is not in configs/models.csv; one source only).")] = None,
+    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.")] = None,
     remote: Annotated[bool, typer.Option("--remote", help="Catalog Hub branches in place: read the listing, metadata, parquet footers and integer columns over the network, store hf:// URIs; nothing is downloaded and compute workers stream their own files.")] = False,
     all_branches: Annotated[bool, typer.Option("--all-branches", help="Ingest every branch of each hf://datasets/OWNER/NAME given (one progress bar; branches whose commit is already cataloged are skipped).")] = False,
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
@@ -65,7 +67,7 @@ def ingest(
 ) -> None:
     """Validate sniffed datasets and register them in the warehouse.
 
-    Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (spec §1.6), and replaces the model's
+    Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (docs/input-format.md), and replaces the model's
     catalog (models, files, heads, ingest_findings, the vectors view) in one transaction.
     Ingesting the same source twice changes nothing.  With several sources (or --all-branches)
     each is ingested on its own: a failing one is reported and the others go on.
@@ -212,14 +214,14 @@ def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
     analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML (default: configs/run.yaml).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
     executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run the per-head analyses (spec §2) for every head with a q and a k file.
+    """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
@@ -506,7 +508,7 @@ def compare(
 @_friendly
 def report(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: reports/latest).")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Render the figures into an offline HTML report plus PNG/SVG.
@@ -528,43 +530,49 @@ def report(
 
 @app.command()
 @_friendly
-def demo(warehouse: WarehouseOpt = None) -> None:
+def demo(
+    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
+) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 
-    A fresh warehouse, then ingest, compute, dbt build and the report.
+    Ingest the sample capture (SmolLM2-135M, 12 query heads), compute its heads, build the marts
+    and draw the report, in the demo's own warehouse and report folder unless told otherwise.
+    In a warehouse holding other models only the sample model is added or refreshed: no model is
+    dropped or recomputed, and the file is never deleted.  Everything is checked before anything
+    is written.
     """
     import time
 
     from qkwh import store
-    from qkwh.paths import SAMPLE_DIR
-
-    wh = store.resolve_warehouse(warehouse)
-    for suffix in ("", ".wal"):
-        p = Path(str(wh) + suffix)
-        if p.exists():
-            p.unlink()
-    t0 = time.perf_counter()
-    from qkwh.ingest import ingest as run_ingest
-
-    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
-    out.print(f"[bold]ingest[/]  {rep.summary()}")
-    from qkwh.compute.runner import compute as run_compute
-
-    crep = run_compute(wh)
-    out.print(f"[bold]compute[/] {crep.n_written} heads x (pca, rotation, plasticity); "
-              f"{len(crep.failures)} failed")
-    if crep.failures:
-        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
     from qkwh.build import build as run_build
-
-    res = run_build(wh)
-    out.print(f"[bold]build[/]   {res.summary}")
+    from qkwh.compute.runner import compute as run_compute
+    from qkwh.demo import SAMPLE_MODEL_ID, prepare
+    from qkwh.ingest import ingest as run_ingest
+    from qkwh.paths import SAMPLE_DIR
     from qkwh.reports.render import render
 
-    rr = render(wh, out=None, models=None)
+    plan = prepare(warehouse, out_dir)
+    wh = plan.warehouse
+    if plan.other_models:
+        out.print(f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
+                  f"the demo adds or refreshes only {SAMPLE_MODEL_ID}", highlight=False)
+    t0 = time.perf_counter()
+    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
+    out.print(f"[bold]ingest[/]  {rep.summary()}")
+    crep = run_compute(wh, models=[rep.model_id])
+    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed (pca, rotation, plasticity), "
+              f"{crep.n_skipped} unchanged, {len(crep.failures)} failed")
+    if crep.failures:
+        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
+    res = run_build(wh)
+    out.print(f"[bold]build[/]   {res.summary}")
+    if plan.replaces_report:
+        out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
+    rr = render(wh, out=plan.report_dir, models=[rep.model_id])
     con = store.connect(wh, read_only=True)
     try:
-        rows = con.execute(store.load_sql("demo_summary")).fetchall()
+        rows = con.execute(store.load_sql("demo_summary"), [rep.model_id]).fetchall()
     finally:
         con.close()
     table = Table("model_id", "heads", "taxonomy (most common)", "mean |r_k_a|", "mean bias_strength",

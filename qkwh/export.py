@@ -2,7 +2,7 @@
 
 ``export()`` writes any relation of the warehouse's ``main`` schema (source tables, staging
 views, marts) to one parquet or CSV file per name.  ``export_legacy()`` writes the per-head files
-under the names and column names older tools read (spec I-24), so existing notebooks keep
+under the names and column names older tools read, so existing notebooks keep
 working.  Both stream through DuckDB's COPY; the only identifiers placed in SQL are relation
 names that were first looked up in ``information_schema``, and file paths travel as parameters.
 """

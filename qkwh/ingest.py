@@ -1,4 +1,4 @@
-"""Register a sniffed dataset in the warehouse (issue: foundation; spec §1).
+"""Register a sniffed dataset in the warehouse (the input format: docs/input-format.md).
 
 Everything is read and checked before the warehouse is touched; the catalog of the model is then
 replaced in one transaction.  The same source twice changes nothing.
@@ -17,6 +17,7 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError, QkwhError
+from qkwh.ids import check_model_id
 from qkwh.registry import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
@@ -104,7 +105,7 @@ def resolve_facts(
     family: str | None = None,
     label: str | None = None,
 ) -> tuple[ModelFacts, list[Finding]]:
-    """Combine --model-id, the registry and the dataset metadata (spec §1.4, §2.3.8c).
+    """Combine --model-id, the registry and the dataset metadata (docs/input-format.md#which-model-and-its-facts).
 
     ``family`` and ``label`` (``--family`` / ``--label``) name the model in reports; given, they
     win over the registry (a different registry family is recorded as a warning).
@@ -121,7 +122,7 @@ def resolve_facts(
                 f"model name {meta.model_name!r}); pass --model-id ID")
         model_id = entry.model_id
 
-    # head counts: metadata first (spec §1.4), then the registry
+    # head counts: metadata first, then the registry
     n_q = meta.get_int("head_sampling_num_query_heads", "num_attention_heads")
     n_kv = meta.get_int("head_sampling_num_key_heads", "num_key_value_heads")
     if entry is not None:
@@ -237,7 +238,12 @@ def ingest(
     ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
     ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
     family and display name (they win over the registry).
+
+    An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
+    anything is read or opened; an id found in the registry is checked before anything is written.
     """
+    if model_id is not None:
+        check_model_id(model_id, origin="--model-id")
     say = on_progress or (lambda _m: None)
     registry = registry if registry is not None else load_registry()
     if remote:
@@ -263,6 +269,7 @@ def ingest(
         stats = read_all(layout)
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source, family=family, label=label)
+        check_model_id(facts.model_id, origin=f"{source}: registry model id")
         if remote:
             findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
                                     "columns only; NaN values in the vectors are not checked at ingest"))

@@ -1,23 +1,56 @@
-"""Where qkwh finds its own files.
+"""Where qkwh finds its own files, and where it writes by default.
 
-qkwh runs from a clone of its repository (``make demo`` / ``make test`` install it editable), so
-the schema, the model registry, the dbt project and the embedded sample are located relative to
-the repository root.  ``QKWH_HOME`` overrides that root (for an installed copy elsewhere).
+Run-time files (the warehouse schema, the model registry, the run defaults, the dbt project, the
+embedded sample and the documentation) are found with :mod:`importlib.resources`:
+
+* an installed wheel carries them as package data in ``qkwh/_data/`` (the build copies the
+  repository's ``warehouse/``, ``configs/``, ``dbt_project/`` and ``docs/`` there, see
+  ``setup.py``);
+* a clone (``make install`` is an editable install) has no ``qkwh/_data/``, and the same files
+  are read where the repository keeps them, one level above the package.
+
+Both layouts are the same below their root, so every path here is ``DATA_ROOT / <repo path>``.
+
+qkwh never writes into these folders.  What it writes goes to the working directory unless told
+otherwise: the warehouse ``./qkwh.duckdb`` (``$QKWH_WAREHOUSE`` or ``--warehouse`` choose
+another), reports under ``./reports/``, and dbt's ``target/`` and ``logs/`` next to the warehouse
+(see :func:`qkwh.build.dbt_work_dir`).  ``qkwh demo`` has its own warehouse and report folder.
 """
 
 from __future__ import annotations
 
-import os
+from importlib.resources import files
 from pathlib import Path
 
-REPO_ROOT = Path(os.environ.get("QKWH_HOME", Path(__file__).resolve().parents[1]))
-WAREHOUSE_DIR = REPO_ROOT / "warehouse"
-SCHEMA_SQL = WAREHOUSE_DIR / "schema.sql"
-SQL_DIR = Path(__file__).resolve().parent / "sql"
-CONFIG_DIR = REPO_ROOT / "configs"
+PACKAGE_DIR = files("qkwh")
+if not isinstance(PACKAGE_DIR, Path):  # pragma: no cover - zipped installs are not supported
+    raise ImportError(f"qkwh must be installed as a folder, not inside an archive ({PACKAGE_DIR})")
+
+
+def _data_root(package: Path) -> Path:
+    bundled = package / "_data"
+    if bundled.is_dir():  # an installed wheel
+        return bundled
+    repo = package.parent  # a clone with an editable install
+    if (repo / "dbt_project" / "dbt_project.yml").is_file():
+        return repo
+    raise ImportError(
+        f"qkwh's data files are missing: neither {bundled} nor a repository around {package}; "
+        "reinstall qkwh (pip install qkwh, or make install in a clone)")
+
+
+DATA_ROOT: Path = _data_root(PACKAGE_DIR)
+SQL_DIR = PACKAGE_DIR / "sql"
+SCHEMA_SQL = DATA_ROOT / "warehouse" / "schema.sql"
+CONFIG_DIR = DATA_ROOT / "configs"
 REGISTRY_CSV = CONFIG_DIR / "models.csv"
 RUN_CONFIG_YAML = CONFIG_DIR / "run.yaml"
-DBT_PROJECT_DIR = REPO_ROOT / "dbt_project"
-SAMPLE_DIR = WAREHOUSE_DIR / "sample" / "smollm2-135m"
-DEFAULT_WAREHOUSE = WAREHOUSE_DIR / "qkwh.duckdb"
-REPORTS_DIR = REPO_ROOT / "reports"
+DBT_PROJECT_DIR = DATA_ROOT / "dbt_project"
+SAMPLE_DIR = DATA_ROOT / "warehouse" / "sample" / "smollm2-135m"
+DOCS_DIR = DATA_ROOT / "docs"  # tables, metrics, input format (the help texts cite these pages)
+
+# Defaults relative to the working directory (resolved when used, never inside the package).
+DEFAULT_WAREHOUSE = Path("qkwh.duckdb")
+REPORTS_DIR = Path("reports")
+DEMO_WAREHOUSE = Path("qkwh-demo.duckdb")
+DEMO_REPORT = REPORTS_DIR / "demo"

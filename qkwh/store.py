@@ -1,7 +1,7 @@
 """The warehouse: one way to open it, its schema, transactions and catalog queries.
 
-Path resolution (architecture.md): ``--warehouse``, then ``QKWH_WAREHOUSE``, then
-``warehouse/qkwh.duckdb`` in the repository.
+Path resolution: ``--warehouse``, then ``$QKWH_WAREHOUSE``, then ``./qkwh.duckdb`` in the working
+directory (never a file inside the installed package).
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ _PID_RE = re.compile(r"PID (\d+)")
 
 
 def resolve_warehouse(path: str | os.PathLike[str] | None = None) -> Path:
-    """The warehouse file: ``path`` if given, else ``$QKWH_WAREHOUSE``, else the default."""
-    if path:
-        return Path(path).expanduser().resolve()
-    env = os.environ.get("QKWH_WAREHOUSE")
-    if env:
-        return Path(env).expanduser().resolve()
-    return DEFAULT_WAREHOUSE
+    """The warehouse file (absolute): ``path`` if given, else ``$QKWH_WAREHOUSE``, else
+    ``qkwh.duckdb`` in the working directory."""
+    chosen = path or os.environ.get("QKWH_WAREHOUSE") or DEFAULT_WAREHOUSE
+    return Path(chosen).expanduser().resolve()
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
@@ -38,7 +35,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     """
     wh = resolve_warehouse(path)
     if read_only and not wh.exists():
-        raise QkwhError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` (or `make demo`) first")
+        raise QkwhError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
     if not read_only:
         wh.parent.mkdir(parents=True, exist_ok=True)
     try:

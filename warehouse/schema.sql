@@ -1,4 +1,4 @@
--- qkwh warehouse schema (DuckDB).  Table and column names follow ../docs/spec.md (spec §1.6, §2).
+-- qkwh warehouse schema (DuckDB).  Every table and column is described in docs/tables.md.
 -- Applied idempotently by qkwh.store.connect(); every statement is CREATE ... IF NOT EXISTS.
 -- A head is (model_id, layer, q_head) with k_head beside it.
 
@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS models (
     num_kv_heads          INTEGER,               -- n_kv: key/value heads per layer
     gqa_ratio             INTEGER,               -- n_q / n_kv; k_head = q_head // gqa_ratio
     head_dim              INTEGER,               -- d
-    context_length        INTEGER NOT NULL,      -- L_ctx (spec §1.4, §2.3.8c)
+    context_length        INTEGER NOT NULL,      -- L_ctx (docs/input-format.md)
     context_length_rule   VARCHAR NOT NULL,      -- 'registry' | 'metadata' | 'max_position'
     bucket_size           INTEGER NOT NULL,      -- m: capture min_bucket_size
     sampling_strategy     VARCHAR,               -- uniform | log_uniform | all
@@ -121,10 +121,10 @@ CREATE TABLE IF NOT EXISTS current_config (
 );
 
 ------------------------------------------------------------------------------------------------
--- Per-head results (spec §2).  Every table carries config_id -> run_config.
+-- Per-head results (docs/metrics/).  Every table carries config_id -> run_config.
 ------------------------------------------------------------------------------------------------
 
--- spec §2.1
+-- combined Q/K PCA: docs/metrics/pca.md
 CREATE TABLE IF NOT EXISTS pca_components (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     pc INTEGER NOT NULL,
@@ -148,7 +148,7 @@ CREATE TABLE IF NOT EXISTS pca_heads (
     PRIMARY KEY (model_id, layer, q_head)
 );
 
--- Not a spec table: the canonicalised principal axes and the pooled mean of each head, kept
+-- For plots: the canonicalised principal axes and the pooled mean of each head, kept
 -- (like rotation_axes) so reports can draw Q/K in the PC0/PC1 plane: z_i = (x - mean)·pc_i.
 CREATE TABLE IF NOT EXISTS pca_axes (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
@@ -158,7 +158,7 @@ CREATE TABLE IF NOT EXISTS pca_axes (
     PRIMARY KEY (model_id, layer, q_head, axis)
 );
 
--- spec §2.2
+-- planar rotation model: docs/metrics/rotation.md
 CREATE TABLE IF NOT EXISTS rotation_heads (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     n_q INTEGER, n_k INTEGER, d INTEGER,
@@ -189,7 +189,7 @@ CREATE TABLE IF NOT EXISTS rotation_pairs (
 );
 
 -- vec is FLOAT[] (a list) rather than FLOAT[d]: one table holds models with different d.
--- Besides the spec's a, b, b_centroid: 'mean' (pooled mean) and the complement directions
+-- Besides the axes a, b, b_centroid: 'mean' (pooled mean) and the complement directions
 -- 'w0' .. 'w{2n-1}' (pair i = w_{2i}, w_{2i+1}), for the complement-pair collage.
 CREATE TABLE IF NOT EXISTS rotation_axes (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
@@ -199,7 +199,7 @@ CREATE TABLE IF NOT EXISTS rotation_axes (
     PRIMARY KEY (model_id, layer, q_head, axis)
 );
 
--- spec §2.3
+-- attention plasticity: docs/metrics/plasticity.md
 CREATE TABLE IF NOT EXISTS plasticity_heads (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     n_q INTEGER, n_k INTEGER, d INTEGER,

@@ -1,6 +1,6 @@
 """Fetch one sniffed branch of a Hugging Face dataset repo into the standard HF cache.
 
-A sniffed dataset (spec §1.1) keeps one model/checkpoint per *branch* of ``viktoroo/sniffed-qk``;
+A sniffed dataset (docs/input-format.md) keeps one model/checkpoint per *branch* of ``viktoroo/sniffed-qk``;
 the branch root holds ``l{LL}h{HH}{q|k}/data.parquet`` files, ``_saver_state.json`` and
 ``README.md``.  Users name a branch as ``hf://datasets/<owner>/<name>@<branch>``.
 
@@ -53,7 +53,7 @@ __all__ = [
 #: Files of a sniffed branch that ingestion needs (everything else, e.g. .gitattributes, is skipped).
 DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = ("l*h*[qk]/data.parquet", "_saver_state.json", "README.md")
 
-#: Branch-name suffix shared by all production captures (spec §1.1); not part of the model id.
+#: Branch-name suffix shared by all production captures; not part of the model id.
 BRANCH_SUFFIX = "-longbench-pro-128k-plus"
 
 _EXPECTED_FORM = "hf://datasets/<owner>/<name>[@<branch>]"

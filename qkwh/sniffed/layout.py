@@ -1,4 +1,4 @@
-"""The sniffer's on-disk layout (spec §1.1): ``<root>/l{LL}h{HH}{q|k}/data.parquet``.
+"""The sniffer's on-disk layout (docs/input-format.md): ``<root>/l{LL}h{HH}{q|k}/data.parquet``.
 
 A root is a local folder or, for a branch read in place on the Hub, an ``hf://`` URI (then every
 path is a URI string, never a :class:`~pathlib.Path`, which would fold its ``//``).

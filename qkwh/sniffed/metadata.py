@@ -1,4 +1,4 @@
-"""Dataset metadata: ``_saver_state.json`` and the dataset card ``README.md`` (spec §1.1)."""
+"""Dataset metadata: ``_saver_state.json`` and the dataset card ``README.md`` (docs/input-format.md#metadata)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Read one sniffed parquet file into numpy arrays (spec §1.2).
+"""Read one sniffed parquet file into numpy arrays (columns: docs/input-format.md).
 
 Vectors leave Arrow as one contiguous buffer (``values.to_numpy().reshape(-1, d)``), never via
 Python lists.  Schema problems raise :class:`InputError` naming the file.

@@ -1,4 +1,4 @@
-"""Data-quality checks of a sniffed dataset (spec §1.6).
+"""Data-quality checks of a sniffed dataset (docs/input-format.md#what-ingest-checks).
 
 :func:`scan_files` reads every file once (in a thread pool; pyarrow and hashlib release the GIL)
 and keeps per-file statistics, never the vectors.  :func:`check_dataset` then applies the checks
@@ -108,7 +108,7 @@ def scan_files(layout: Layout, *, workers: int | None = None,
 
 
 def expected_bucket(position: np.ndarray, bucket_size: int, strategy: str) -> np.ndarray:
-    """Bucket ids the sniffer's sampler assigns (spec §1.3)."""
+    """Bucket ids the sniffer's sampler assigns (docs/input-format.md#buckets-and-samplers)."""
     if strategy == "log_uniform":
         p = 0 if bucket_size <= 1 else math.ceil(math.log2(bucket_size))
         return np.maximum(p, np.floor(np.log2(position.astype(np.float64) + 1.0)).astype(np.int64))
@@ -139,7 +139,7 @@ def check_dataset(
     context_length: int,
     gqa_ratio: int,
 ) -> list[Finding]:
-    """Checks of spec §1.6 that need the model's facts.  Fatal ones raise InputError."""
+    """The checks that need the model's facts.  Fatal ones raise InputError."""
     findings: list[Finding] = []
     for stray in layout.stray:
         findings.append(Finding("warning", str(layout.root), "layout", f"ignored {stray}"))

@@ -1,4 +1,4 @@
-"""Write the sniffer's on-disk layout (spec §1.1–§1.2): one zstd parquet per (layer, head, kind)
+"""Write the sniffer's on-disk layout (docs/input-format.md): one zstd parquet per (layer, head, kind)
 and the ``_saver_state.json`` beside them.  Shared by :mod:`qkwh.synth` and :mod:`qkwh.capture`
 so both produce exactly what :mod:`qkwh.sniffed.reader` and ingest expect.
 
@@ -59,7 +59,7 @@ def write_vectors_file(
 ) -> None:
     """Write one sniffer file atomically.
 
-    Columns (spec §1.2): bucket int32, example_id int32, position int32,
+    Columns (docs/input-format.md): bucket int32, example_id int32, position int32,
     vector fixed_size_list<float32>[d], sliding_window int32 (null for full attention);
     zstd.  ``vectors`` is (n, d); the other arrays are (n,).
     """

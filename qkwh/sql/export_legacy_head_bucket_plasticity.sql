@@ -1,4 +1,4 @@
--- Legacy head_bucket_plasticity.csv (SEED-004 / AP code, spec I-24): one row per head and query
+-- Legacy head_bucket_plasticity.csv (older attention-plasticity tools): one row per head and query
 -- bucket; `bucket` and `plasticity` are the old names of q_bucket and ap_bucket, n_pairs is
 -- the number of pairs evaluated.  $1 = model id, or NULL for every model.
 SELECT

@@ -1,4 +1,4 @@
--- Legacy head_component_weights.csv (SEED-004, spec I-24): one row per head and head-dimension
+-- Legacy head_component_weights.csv (older attention-plasticity tools): one row per head and head-dimension
 -- index; `weight` is the old name of component_weight.  $1 = model id, or NULL for every model.
 SELECT
     model_id AS model,

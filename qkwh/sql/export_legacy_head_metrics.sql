@@ -1,4 +1,4 @@
--- Legacy head_metrics.csv (attention-plasticity analyze.py, spec I-24): one row per head, the
+-- Legacy head_metrics.csv (older attention-plasticity tools): one row per head, the
 -- AP columns under their old names (n_q_tokens, n_k_tokens, d_model) followed by the warehouse
 -- extras.  Head aggregates come from the head_metrics mart (`qkwh build` first); rows are
 -- those of the parameter set the marts report (current_config).

@@ -1,4 +1,4 @@
--- Legacy qk.csv (combined Q/K PCA results, SEED-001): one row per head and principal component
+-- Legacy qk.csv (older combined Q/K PCA tools): one row per head and principal component
 -- (10 per head), with the head's taxonomy (head_taxonomy mart: `qkwh build` first) beside it;
 -- `head` is the query head.
 -- $1 = model id, or NULL for every model.

@@ -1,4 +1,4 @@
--- Legacy rotated.csv (qk-rotation results, SEED-000): one row per head with the planar-rotation
+-- Legacy rotated.csv (older planar-rotation tools): one row per head with the planar-rotation
 -- metrics; `head` is the query head.  $1 = model id, or NULL for every model.
 -- Only the parameter set the marts report (current_config) is written.
 SELECT

@@ -19,7 +19,7 @@ import pytest
 import synthetic_marts as sm
 from qkwh import build as build_mod
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
-from qkwh.paths import REGISTRY_CSV, REPO_ROOT
+from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
 
 MARTS = [
     "head_metrics", "head_taxonomy", "taxonomy_fractions", "model_summary",
@@ -114,7 +114,7 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
 
 
 def test_registry_seed_is_byte_identical_to_configs_models_csv():
-    seed = REPO_ROOT / "dbt_project" / "seeds" / "model_registry.csv"
+    seed = DBT_PROJECT_DIR / "seeds" / "model_registry.csv"
     assert seed.read_bytes() == REGISTRY_CSV.read_bytes()
 
 
@@ -325,7 +325,7 @@ def test_benchmark_joins_pair_scores_with_metrics(synthetic_build):
 
 
 def test_published_comparison_covers_ingested_registry_models_only(synthetic_build):
-    ref = REPO_ROOT / "dbt_project" / "seeds" / "published_model_metrics.csv"
+    ref = DBT_PROJECT_DIR / "seeds" / "published_model_metrics.csv"
     lines = ref.read_text().splitlines()[1:]
     ingested = {s.model_id for s in sm.BASE_MODELS}
     expected = [ln.split(",") for ln in lines if ln.split(",")[0] in ingested]

@@ -1,0 +1,94 @@
+"""``qkwh demo``: the whole pipeline on the embedded sample, leaving everything else alone.
+
+The demo has its own warehouse (``./qkwh-demo.duckdb``) and report folder (``./reports/demo``).
+Pointed at another warehouse, it adds or refreshes the sample model and nothing else: it never
+deletes the file, never drops or recomputes another model, and refuses when the warehouse holds
+a different dataset under the sample's model id.  It writes a report only into an empty folder
+or over an earlier qkwh report, and says when it replaces one.
+
+:func:`prepare` checks all of this before anything is written; the CLI then runs ingest,
+compute (the sample's heads only), the dbt build and the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from qkwh import store
+from qkwh.errors import InputError
+from qkwh.paths import DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
+
+SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the sample folder is named after its registry model id
+REPORT_INDEX = "figures.json"  # every qkwh report folder has one
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """Where the demo writes, checked: see :func:`prepare`."""
+
+    warehouse: Path
+    report_dir: Path
+    other_models: tuple[str, ...]  # models already in the warehouse that the demo leaves alone
+    refreshes_sample: bool  # the sample model is already there (same files): refreshed in place
+    replaces_report: bool  # report_dir holds an earlier qkwh report that will be replaced
+
+
+def prepare(warehouse: str | Path | None = None, out: str | Path | None = None) -> DemoPlan:
+    """Resolve the demo's warehouse and report folder and refuse what would lose data.
+
+    Defaults are :data:`~qkwh.paths.DEMO_WAREHOUSE` and :data:`~qkwh.paths.DEMO_REPORT` in the
+    working directory; ``$QKWH_WAREHOUSE`` is deliberately not used.  Raises :class:`InputError`
+    (exit 2) when the warehouse is some other DuckDB database, when it holds a model with the
+    sample's id but other files, or when the report folder is not empty and not a qkwh report.
+    """
+    wh = Path(warehouse or DEMO_WAREHOUSE).expanduser().resolve()
+    report_dir = Path(out or DEMO_REPORT).expanduser().resolve()
+    replaces = _check_report_dir(report_dir)
+    others, refreshes = _check_warehouse(wh) if wh.exists() else ((), False)
+    return DemoPlan(wh, report_dir, others, refreshes, replaces)
+
+
+def _check_report_dir(report_dir: Path) -> bool:
+    if not report_dir.exists():
+        return False
+    if not report_dir.is_dir():
+        raise InputError(f"{report_dir} is a file, not a report folder; pass --out DIR")
+    if not any(report_dir.iterdir()):
+        return False
+    if (report_dir / REPORT_INDEX).is_file():
+        return True
+    raise InputError(f"{report_dir} is not empty and holds no qkwh report ({REPORT_INDEX} missing); "
+                     "the demo does not write there: pass --out with another folder")
+
+
+def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
+    con = store.connect(wh, read_only=True)
+    try:
+        tables = set(store.table_names(con))
+        if not tables:
+            return (), False
+        if not {"models", "files"} <= tables:
+            raise InputError(f"{wh} is a DuckDB database without qkwh's tables; the demo does not "
+                             "write into other databases: pass --warehouse with another file")
+        models = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+        held = dict(con.execute("SELECT config_name, fingerprint FROM files WHERE model_id = ?",
+                                [SAMPLE_MODEL_ID]).fetchall())
+    finally:
+        con.close()
+    others = tuple(m for m in models if m != SAMPLE_MODEL_ID)
+    if SAMPLE_MODEL_ID not in models:
+        return others, False
+    if held != sample_fingerprints():
+        raise InputError(f"{wh} already holds a model {SAMPLE_MODEL_ID!r} that is not the embedded "
+                         "sample (its files differ); the demo leaves it alone: pass --warehouse with "
+                         f"another file, or `qkwh remove {SAMPLE_MODEL_ID}` first")
+    return others, True
+
+
+def sample_fingerprints() -> dict[str, str]:
+    """``config_name -> content fingerprint`` of the embedded sample's files (as ingest stores)."""
+    from qkwh.sniffed.layout import scan
+    from qkwh.sniffed.validate import scan_files
+
+    return {s.file.config_name: s.fingerprint for s in scan_files(scan(SAMPLE_DIR))}

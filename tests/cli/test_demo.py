@@ -1,0 +1,138 @@
+"""`qkwh demo` never loses data: its own warehouse and report folder by default; in a warehouse
+holding other models it adds only the sample model and leaves the others, and their results,
+exactly as they were; it refuses (exit 2, nothing written) what it would otherwise overwrite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from qkwh import store
+from qkwh.cli import app
+from qkwh.demo import SAMPLE_MODEL_ID, prepare
+from tests.conftest import snapshot
+
+runner = CliRunner()
+
+
+def cli(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def _rows_of(db: Path, model_ids: list[str]) -> dict[str, list[str]]:
+    """Every row of every base table with a model_id column that belongs to ``model_ids``."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        out = {}
+        for table in store.tables_with_column(con, "model_id"):
+            rows = con.execute(f"SELECT * FROM {store.quote_ident(table)} WHERE model_id IN "
+                               f"(SELECT unnest(?::VARCHAR[]))", [model_ids]).fetchall()
+            out[table] = sorted(map(repr, rows))
+        return out
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def research_warehouse(tmp_path: Path) -> Path:
+    """A warehouse with two models of someone's own: one computed, one only ingested."""
+    db = tmp_path / "research.duckdb"
+    for name, seed in (("synth-a", 1), ("synth-b", 2)):
+        data = tmp_path / name
+        r = cli("synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
+                "--rows", "600", "--seed", str(seed))
+        assert r.exit_code == 0, r.output
+        r = cli("ingest", str(data), "--model-id", name, "-w", str(db))
+        assert r.exit_code == 0, r.output + r.stderr
+    r = cli("compute", "-w", str(db), "-m", "synth-a", "-j", "1")
+    assert r.exit_code == 0, r.output + r.stderr
+    return db
+
+
+@pytest.mark.slow
+def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(research_warehouse: Path, tmp_path: Path):
+    db = research_warehouse
+    others = ["synth-a", "synth-b"]
+    before = _rows_of(db, others)
+    assert before["pca_heads"] and before["head_runs"] and before["files"]  # something to lose
+    report = tmp_path / "demo-report"
+
+    r = cli("demo", "-w", str(db), "-o", str(report))
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "2 other model(s) (synth-a, synth-b)" in r.output
+
+    assert db.is_file()
+    after = _rows_of(db, others)
+    # catalog and per-head results of the other models: unchanged, row for row
+    for table, rows in before.items():
+        assert after[table] == rows, table
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        models = [m for (m,) in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+        summary = [m for (m,) in con.execute("SELECT model_id FROM model_summary ORDER BY 1").fetchall()]
+        runs = dict(con.execute("SELECT model_id, count(*) FROM head_runs GROUP BY 1").fetchall())
+    finally:
+        con.close()
+    assert models == [SAMPLE_MODEL_ID, "synth-a", "synth-b"]
+    assert SAMPLE_MODEL_ID in summary and "synth-a" in summary
+    assert "synth-b" not in runs  # the demo computes the sample's heads only
+    assert runs[SAMPLE_MODEL_ID] == 12 * 3
+    assert (report / "index.html").is_file() and (report / "figures.json").is_file()
+    assert (tmp_path / "research.dbt" / "target").is_dir()  # dbt wrote next to the warehouse
+
+    # twice: the sample is refreshed in place, the earlier demo report replaced with a note
+    r = cli("demo", "-w", str(db), "-o", str(report))
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "unchanged" in r.output and f"replacing the earlier report in {report}" in r.output
+    assert _rows_of(db, others) == after
+
+
+def test_demo_refuses_a_different_model_under_the_sample_id(tmp_path: Path):
+    db = tmp_path / "wh.duckdb"
+    data = tmp_path / "mine"
+    assert cli("synth", str(data), "--layers", "1", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
+               "--rows", "300").exit_code == 0
+    assert cli("ingest", str(data), "--model-id", SAMPLE_MODEL_ID, "-w", str(db)).exit_code == 0
+    before = snapshot(db)
+    r = cli("demo", "-w", str(db), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 2
+    assert "not the embedded sample" in r.stderr and "qkwh remove" in r.stderr
+    assert snapshot(db) == before
+    assert not (tmp_path / "rep").exists()
+
+
+def test_demo_refuses_a_folder_that_is_not_a_report(tmp_path: Path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "index.html").write_text("my own page")
+    db = tmp_path / "wh.duckdb"
+    r = cli("demo", "-w", str(db), "-o", str(folder))
+    assert r.exit_code == 2 and "holds no qkwh report" in r.stderr
+    assert (folder / "index.html").read_text() == "my own page"
+    assert not db.exists()
+
+
+def test_demo_refuses_a_foreign_duckdb_file(tmp_path: Path):
+    db = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE accounts AS SELECT 1 AS id")
+    con.close()
+    before = snapshot(db)
+    r = cli("demo", "-w", str(db), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 2 and "without qkwh's tables" in r.stderr
+    assert snapshot(db) == before
+
+
+def test_demo_defaults_to_its_own_files_in_the_working_directory(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("QKWH_WAREHOUSE", str(tmp_path / "research.duckdb"))
+    plan = prepare()
+    assert plan.warehouse == tmp_path / "qkwh-demo.duckdb"  # $QKWH_WAREHOUSE is not the demo's
+    assert plan.report_dir == tmp_path / "reports" / "demo"
+    assert (plan.other_models, plan.refreshes_sample, plan.replaces_report) == ((), False, False)
+    assert store.resolve_warehouse() == tmp_path / "research.duckdb"
+    monkeypatch.delenv("QKWH_WAREHOUSE")
+    assert store.resolve_warehouse() == tmp_path / "qkwh.duckdb"

@@ -1,0 +1,66 @@
+"""The project documents itself: README and docs/ link only to pages and sections that exist, and
+neither they nor the `--help` texts send the reader to material a clone does not have."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from qkwh.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.MULTILINE)
+# pointers to the research notes this project was built from, which a user's clone does not hold
+FOREIGN = re.compile(r"\bspec\b|§|docs/spec\.md|\.\./shared|SEED-\d|\bI-\d+\b")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    return {_slug(h) for h in HEADING.findall(text)}
+
+
+def test_docs_pages_exist():
+    names = {p.relative_to(REPO).as_posix() for p in PAGES}
+    assert {"docs/README.md", "docs/tables.md", "docs/input-format.md", "docs/uncertainty.md",
+            "docs/metrics/pca.md", "docs/metrics/rotation.md", "docs/metrics/plasticity.md",
+            "docs/metrics/aggregation.md"} <= names
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_links_resolve_to_pages_and_sections(page: Path):
+    broken = []
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+://|mailto:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target}: no section #{anchor}")
+    assert broken == [], f"{page.name}: {broken}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_pages_explain_in_their_own_words(page: Path):
+    hits = [line for line in page.read_text().splitlines() if FOREIGN.search(line)]
+    assert hits == []
+
+
+def test_help_texts_cite_the_projects_docs_only():
+    runner = CliRunner()
+    names = [None, *sorted(c.name or c.callback.__name__ for c in app.registered_commands)]
+    for name in names:
+        r = runner.invoke(app, [name, "--help"] if name else ["--help"], terminal_width=200)
+        assert r.exit_code == 0, r.output
+        assert not FOREIGN.search(r.output), f"qkwh {name or ''} --help: {FOREIGN.search(r.output).group(0)}"
