@@ -28,7 +28,7 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
     """Model × depth-bin heatmap; a cell is the mean of ``value`` over the heads in that bin.
 
     ``rows`` are head rows with model_id, layer, depth_bin and ``value``.  Depth bin k holds
-    layers with layer/(num_layers − 1) in [k/10, (k+1)/10) (spec §4); empty bins stay blank.
+    layers with layer/(num_layers − 1) in [k/10, (k+1)/10) (docs/metrics/aggregation.md); empty bins stay blank.
     """
     rows = [r for r in rows if r.get(value) is not None and r.get("depth_bin") is not None]
     if not rows:

@@ -1,4 +1,4 @@
-"""Combined QK PCA figures (seed 001, figures qk-pca/01–06; spec §2.1, §3, §4)."""
+"""Combined QK PCA figures (figures qk-pca/01–08; docs/metrics/pca.md, docs/metrics/aggregation.md)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def rq_rk_scatter(marts: Marts) -> alt.Chart:
         width=440, height=400,
         title=alt.Title("Query vs key position signal on PC0, per head",
                         subtitle="colour = model, shape = family; dashed lines: taxonomy thresholds "
-                                 "0.3 / 0.7 (spec §3)"))
+                                 "0.3 / 0.7"))
 
 
 def _depth(marts: Marts, value: str, **kw: Any) -> alt.Chart:
@@ -151,7 +151,7 @@ def taxonomy(marts: Marts) -> Drawn:
                          height=alt.Step(22))
     return Drawn(chart.properties(title=alt.Title(
         "Head taxonomy: share of heads per class",
-        subtitle="classes from PC0 r_q and |r_k| with thresholds 0.3 / 0.7 (spec §3); black bars = "
+        subtitle="classes from PC0 r_q and |r_k| with thresholds 0.3 / 0.7; black bars = "
                  "interval of each share")), ci.caption("Black bars"))
 
 
@@ -192,6 +192,5 @@ FIGURES: tuple[FigureDef, ...] = (
               "(qk-pca/06).", ("pca_axes (vectors reader)", "files (vectors reader)", "model_summary"),
               collage, per_model=True),
     FigureDef("pca-taxonomy", SECTION, "Head taxonomy fractions",
-              "Share of heads per taxonomy class for each model, with intervals (qk-pca/08, "
-              "spec §3).", ("taxonomy_fractions", "model_metric_ci"), taxonomy),
+              "Share of heads per taxonomy class for each model, with intervals (qk-pca/08).", ("taxonomy_fractions", "model_metric_ci"), taxonomy),
 )

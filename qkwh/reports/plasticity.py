@@ -1,4 +1,4 @@
-"""Attention-plasticity figures (seed 003/004, figures attention-plasticity/01–10; spec §2.3.8),
+"""Attention-plasticity figures (figures attention-plasticity/01–10; docs/metrics/plasticity.md),
 the forest plot of models by ap_drop and the Gaussian-vs-empirical comparison."""
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def head_profiles(marts: Marts, model_id: str) -> Drawn:
     chart = alt.layer(grey, band, red, data=table_of(data)).properties(
         width=480, height=300, title=alt.Title(
             f"{name}: plasticity profile of every head",
-            subtitle=["head decile values (n-weighted over query buckets, spec §2.3.8); red = model "
+            subtitle=["head decile values (n-weighted over query buckets); red = model "
                       "mean over heads, band = its interval", AP_MEANING]))
     return Drawn(chart, ci.caption("Red band"))
 
@@ -212,8 +212,8 @@ def decile_profiles(marts: Marts) -> Drawn:
     chart = alt.layer(band, lines, pts[0].add_params(look.selection), pts[1]).properties(
         width=520, height=320, title=alt.Title(
             "Plasticity decile profiles across models",
-            subtitle=["model decile = mean over heads of the head's n-weighted decile value "
-                      "(spec §2.3.8); band = its interval; click a model in the legend to pick it",
+            subtitle=["model decile = mean over heads of the head's n-weighted decile value; band = "
+                      "its interval; click a model in the legend to pick it",
                       AP_MEANING]))
     return Drawn(chart, ci.caption("Bands"))
 

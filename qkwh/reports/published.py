@@ -1,4 +1,4 @@
-"""Our values beside the published ones (spec §5 anchors; mart ``published_comparison``)."""
+"""Our values beside the published ones (mart ``published_comparison`` and its tolerances)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def comparison(marts: Marts) -> Drawn:
     ).properties(title=alt.Title(
         "Our values beside the published ones",
         subtitle=["model-level anchors of the thesis tables (preferred source per metric); green band "
-                  "= spec §5 tolerance around the published value; black bar = our value's interval",
+                  "= the agreed tolerance around the published value; black bar = our value's interval",
                   f"ratios outside [{LO}, {HI}] are pinned to the edge; the tooltip shows both values"]))
     return Drawn(chart, ci.caption("Black bars (our value's interval divided by the published value)"))
 
@@ -95,6 +95,6 @@ def comparison(marts: Marts) -> Drawn:
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("pub-comparison", SECTION, "Our values beside the published ones",
               "Every published model-level value for the ingested models, as our value ÷ published "
-              "value with the spec §5 tolerance band and our value's interval.",
+              "value with the tolerance band and our value's interval.",
               ("published_comparison", "model_metric_ci"), comparison),
 )

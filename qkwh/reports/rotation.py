@@ -1,4 +1,4 @@
-"""Planar-rotation figures (seeds 000 and 002, figures qk-rotation/01–08; spec §2.2)."""
+"""Planar-rotation figures (figures qk-rotation/01–08; docs/metrics/rotation.md)."""
 
 from __future__ import annotations
 
@@ -296,7 +296,7 @@ def complement_collage(marts: Marts, model_id: str) -> alt.FacetChart:
     heads = heads_with_axes(marts, "rotation_axes", model_id, ("mean", "w0", "w1"))
     if not heads:
         raise NoData(f"{model_id}: no head has stored complement axes (rotation_axes mean, w0, w1, …)")
-    # the first head of the seeds' draw random.Random(42).sample(heads, 4)
+    # the first head of the draw random.Random(42).sample(heads, 4) (as for the other collages)
     head = random.Random(42).sample(heads, min(4, len(heads)))[0]
     idx = complement_axes(marts, model_id, head)
     n_pairs = min(30, sum(1 for i in range(0, len(idx), 2) if i + 1 in idx and i in idx))

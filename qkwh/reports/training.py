@@ -1,5 +1,5 @@
 """Training-dynamics figures over checkpoints (qk-pca/07–09, qk-rotation/09–10,
-attention-plasticity/09; spec §4 Table 5).  Left out when no checkpoint is ingested."""
+attention-plasticity/09).  Left out when no checkpoint is ingested."""
 
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ collages read the head's parquet rows (located through the ``files`` catalog, th
 ``pca_axes``); this module is the only place in the report layer that touches those tables.
 Projection is a presentation transform; no axis or metric is recomputed here.
 
-* {a, b} plane (spec §2.2): raw, uncentred projections ``aᵀx``, ``bᵀx``.
-* PCA plane (spec §2.1): ``z_i = (x − mean)·pc_i`` with the stored pooled mean.
-* complement pairs (spec §2.2.4): ``(x − mean)·w_j``; pair i = (w_{2i}, w_{2i+1}).
+* {a, b} plane (docs/metrics/rotation.md): raw, uncentred projections ``aᵀx``, ``bᵀx``.
+* PCA plane (docs/metrics/pca.md): ``z_i = (x − mean)·pc_i`` with the stored pooled mean.
+* complement pairs (the complement SVD of the rotation model): ``(x − mean)·w_j``; pair i = (w_{2i}, w_{2i+1}).
 
-Heads are chosen as in the seeds: ``random.Random(42).sample(heads, 4)`` over the model's heads
+Heads are chosen with ``random.Random(42).sample(heads, 4)`` over the model's heads
 (sorted by layer, query head) that have the needed axes.  Rows are capped per kind with a
 seeded sample so the HTML stays small and the report is reproducible.
 """

@@ -1,4 +1,4 @@
--- The complement rotation planes of each head (one row per head and SVD pair, spec §2.2.4):
+-- The complement rotation planes of each head (one row per head and SVD pair, docs/metrics/rotation.md):
 -- the pair's share of complement variance, its angle-position statistics and whether it counts
 -- as an active RoPE plane, with the model's family and label and the head's depth.  The
 -- complement-pair collage labels its panels from here.
