@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,15 +142,51 @@ class RunConfig:
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        positive = {
-            "max_tokens_per_head": self.max_tokens_per_head,
-            "plasticity.num_pairs_per_bucket": self.plasticity.num_pairs_per_bucket,
-            "pca.n_components": self.pca.n_components,
-            "rotation.omega_grid": self.rotation.omega_grid,
-        }
-        for name, value in positive.items():
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        for name, value, low, high, kind in self._ranges():
+            if kind is int:
+                ok_type = isinstance(value, int) and not isinstance(value, bool)
+                what = "an integer"
+            elif kind is bool:
+                ok_type, what = isinstance(value, bool), "true or false"
+            else:
+                ok_type = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                what = "a finite number"
+            if not ok_type:
+                raise ValueError(f"{name} must be {what}; got {value!r}")
+            if kind is bool:
+                continue
+            if not (low[0] < value or (low[1] and low[0] == value)) or \
+                    (high is not None and not (value < high[0] or (high[1] and value == high[0]))):
+                raise ValueError(f"{name} must be in {_interval(low, high)}; got {value!r}")
+
+    def _ranges(self) -> list[tuple[str, Any, tuple[float, bool], tuple[float, bool] | None, type]]:
+        """(name, value, (low, closed), (high, closed) or None for no upper bound, type) of every
+        numeric or boolean parameter: the allowed range :meth:`validate` enforces."""
+        p, r, a = self.pca, self.rotation, self.plasticity
+        at_least = lambda x: (x, True)  # noqa: E731
+        above = lambda x: (x, False)  # noqa: E731
+        return [
+            ("seed", self.seed, at_least(0), None, int),
+            ("max_tokens_per_head", self.max_tokens_per_head, at_least(1), None, int),
+            ("pca.n_components", p.n_components, at_least(1), None, int),
+            ("pca.sign_threshold", p.sign_threshold, at_least(0.0), (1.0, True), float),  # a |correlation|
+            ("rotation.t_active", r.t_active, at_least(0.0), (1.0, True), float),  # angle_r_circ_pm is in [0, 1]
+            ("rotation.max_pairs", r.max_pairs, at_least(1), None, int),
+            ("rotation.omega_grid", r.omega_grid, at_least(1), None, int),
+            ("plasticity.num_pairs_per_bucket", a.num_pairs_per_bucket, at_least(1), None, int),
+            ("plasticity.normality_max_dims", a.normality_max_dims, at_least(1), None, int),
+            ("plasticity.p_alpha", a.p_alpha, above(0.0), (1.0, False), float),  # a significance level
+            ("plasticity.eps", a.eps, at_least(0.0), None, float),  # a ridge
+            ("plasticity.var_floor", a.var_floor, at_least(0.0), None, float),
+            ("plasticity.orientation", a.orientation, at_least(0), None, bool),
+            ("plasticity.empirical", a.empirical, at_least(0), None, bool),
+        ]
+
+
+def _interval(low: tuple[float, bool], high: tuple[float, bool] | None) -> str:
+    left = ("[" if low[1] else "(") + f"{low[0]:g}"
+    right = "inf)" if high is None else f"{high[0]:g}" + ("]" if high[1] else ")")
+    return f"{left}, {right}"
 
 
 def pair_seed(seed: int, layer: int, q_head: int) -> int:
