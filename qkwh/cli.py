@@ -272,7 +272,7 @@ def sql(
         if rel is None:
             return
         columns = list(rel.columns)
-        reader = rel.fetch_record_batch(10_000)
+        reader = rel.to_arrow_reader(10_000)
         if fmt == "csv":
             _write_csv(columns, reader)
         elif fmt == "json":
@@ -401,8 +401,9 @@ def compute(
 
         raise InputError(f"--executor must be pool or ray, not {kind!r}")
     names = tuple(_split([analyses]) or [])
+    scope, gone = _models_with_files(wh, _split(model))
     if force:
-        _say_force(wh, _split(model), names)
+        _say_force(wh, scope, names)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
                   transient=False) as progress:
@@ -418,7 +419,7 @@ def compute(
             if task.elapsed:
                 progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
 
-        report = run(wh, models=_split(model), analyses=names, config=cfg, workers=workers,
+        report = run(wh, models=scope, analyses=names, config=cfg, workers=workers,
                      executor=kind, ray_address=ray_address or execution["ray_address"],
                      force=force, on_start=on_start, on_head=on_head)
     out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
@@ -428,13 +429,43 @@ def compute(
             err.print(f"[red]failed[/] {label}: {error}", highlight=False)
         con = store.connect(wh, read_only=True)
         try:
-            missing = store.missing_vector_files(con, _split(model))
+            missing = store.missing_vector_files(con, scope)
         finally:
             con.close()
         for model_id, what in sorted(missing.items()):
             err.print(store.missing_files_message(model_id, *what), highlight=False, soft_wrap=True)
+    if gone:
+        raise gone
+    if report.failures:
         raise QkwhError(f"{len(report.failures)} head(s) failed; the others were written")
 
+
+def _models_with_files(wh: Path, models: list[str] | None):
+    """(models to compute, MissingFilesError or None).  A model with a missing key file (its
+    folder moved or deleted, say) is left out: a key file is shared by several heads, and the
+    others go on; the error names it and the fix.  A missing query file fails its head only."""
+    from qkwh import store
+    from qkwh.errors import MissingFilesError
+
+    con = store.connect(wh, read_only=True)
+    try:
+        missing_k = store.missing_vector_files(con, models, kind="k")
+        if not missing_k:
+            return models, None
+        missing = store.missing_vector_files(con, sorted(missing_k))
+        known = [m for (m,) in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+    for model_id in sorted(missing):
+        err.print(store.missing_files_message(model_id, *missing[model_id]), highlight=False, soft_wrap=True)
+    names = sorted(missing)
+    error = MissingFilesError(
+        f"{len(names)} model(s) left out because their files are missing: {', '.join(names)} (fix listed above)"
+        if len(names) > 1 else store.missing_files_message(names[0], *missing[names[0]]))
+    scope = [m for m in (models or known) if m not in missing]
+    if not scope:
+        raise error
+    return scope, error
 
 def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...]) -> None:
     """--force recomputes heads already computed with these parameters: say how many rows it

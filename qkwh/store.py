@@ -170,13 +170,13 @@ def vectors_view_name(model_id: str) -> str:
     return VECTORS_VIEW_PREFIX + model_id
 
 
-def missing_vector_files(con: duckdb.DuckDBPyConnection,
-                         models: list[str] | None = None) -> dict[str, tuple[int, int, str]]:
+def missing_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None,
+                         kind: str | None = None) -> dict[str, tuple[int, int, str]]:
     """``model_id -> (files missing, files cataloged, first missing path)`` for the models (default:
-    all) with a cataloged local file that no longer exists.  ``hf://`` files are never checked
-    (that would be a network call on every connection)."""
-    rows = con.execute("SELECT model_id, path FROM files WHERE $1 IS NULL OR list_contains($1, model_id) "
-                       "ORDER BY model_id, path", [models or None]).fetchall()
+    all) with a cataloged local file (of ``kind`` 'q' or 'k', default both) that no longer exists.
+    ``hf://`` files are never checked (that would be a network call on every connection)."""
+    rows = con.execute("SELECT model_id, path FROM files WHERE ($1 IS NULL OR list_contains($1, model_id)) "
+                       "AND ($2 IS NULL OR kind = $2) ORDER BY model_id, path", [models or None, kind]).fetchall()
     total: dict[str, int] = {}
     gone: dict[str, list[str]] = {}
     for model_id, path in rows:
