@@ -190,8 +190,11 @@ def models(warehouse: WarehouseOpt = None) -> None:
     from qkwh import store
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
-    rows = con.execute(store.load_sql("models_overview")).fetchall()
-    cols = [d[0] for d in con.description]
+    try:
+        rows = con.execute(store.load_sql("models_overview")).fetchall()
+        cols = [d[0] for d in con.description]
+    finally:
+        con.close()
     table = Table(*cols, title=str(store.resolve_warehouse(warehouse)))
     for r in rows:
         table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r])
@@ -212,11 +215,13 @@ def findings(
     from qkwh.errors import NotFoundError
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
-    if model_id is not None:
+    try:
         known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        if model_id not in known:
-            raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
-    rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+        rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+    finally:
+        con.close()  # closed before any error: a traceback must not keep the file open
+    if model_id is not None and model_id not in known:
+        raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
     table = Table("model_id", "severity", "check", "file", "detail")
     for r in rows:
         table.add_row(*[str(v) if v is not None else "" for v in r])
