@@ -388,7 +388,9 @@ def compute(
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
-    parameter is recorded in run_config.  The executor never changes the results.
+    parameter is recorded in run_config.  The executor never changes the results.  A model whose
+    key files are missing (its folder moved) is left out with an error naming the fix (exit 4)
+    and the others are computed; --force says how many computed heads it replaces.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -737,12 +739,20 @@ def report(
     """Render the figures into an offline HTML report plus PNG/SVG.
 
     Every figure is drawn from the marts into one self-contained index.html, with a PNG and an SVG
-    per figure.  Figures without data are left out with a note.
+    per figure.  Figures without data are left out with a note.  The output folder must be new,
+    empty or an earlier qkwh report (which is replaced, and said so); any other folder is refused.
     """
     from qkwh import store
     from qkwh.reports.render import render
 
-    result = render(_existing_warehouse(warehouse), out=out_dir, models=_split(models))
+    from qkwh.demo import check_report_dir
+    from qkwh.reports.render import DEFAULT_OUT
+
+    wh = _existing_warehouse(warehouse)
+    target = Path(out_dir).expanduser().resolve() if out_dir else DEFAULT_OUT
+    if check_report_dir(target):
+        err.print(f"replacing the earlier report in {target}", highlight=False)
+    result = render(wh, out=target, models=_split(models))
     out.print(result.summary(), highlight=False)
     for skipped in result.skipped:
         out.print(f"  left out {skipped.id}: {skipped.reason}", highlight=False, style="red" if skipped.failed else None)

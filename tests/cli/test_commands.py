@@ -211,3 +211,13 @@ def test_boundary_values_are_accepted():
         RunConfig.from_dict({"plasticity": {"orientation": "yes"}})
     with pytest.raises(ValueError, match="rotation.max_pairs must be an integer"):
         RunConfig.from_dict({"rotation": {"max_pairs": 2.5}})
+
+
+def test_report_never_writes_into_a_folder_that_is_not_a_report(computed, tmp_path: Path):
+    db, _ = computed
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "index.html").write_text("my own page")
+    r = cli("report", "-w", str(db), "-o", str(folder))
+    assert r.exit_code == 2 and f"{folder} is not empty and holds no qkwh report" in r.stderr
+    assert [p.name for p in folder.iterdir()] == ["index.html"] and (folder / "index.html").read_text() == "my own page"
