@@ -262,11 +262,12 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = Fa
 
 
 def _stored_vectors_views(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
-    """Stored (not temporary) per-model vectors views of this database, with their comments."""
+    """Stored (not temporary) per-model vectors views of this database, with their comments (the
+    views qkwh wrote: their comment starts with ``qkwh vectors:``)."""
     rows = con.execute(
         "SELECT view_name, comment FROM duckdb_views() WHERE NOT temporary AND NOT internal "
-        "AND database_name = current_database() AND schema_name = 'main' AND starts_with(view_name, ?)",
-        [VECTORS_VIEW_PREFIX]).fetchall()
+        "AND database_name = current_database() AND schema_name = 'main' AND starts_with(view_name, ?) "
+        "AND starts_with(comment, 'qkwh vectors:')", [VECTORS_VIEW_PREFIX]).fetchall()
     return dict(rows)
 
 
@@ -284,7 +285,12 @@ def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> 
         return
     missing = missing_vector_files(con)
     expected = {vectors_view_name(m): _vectors_state(missing.get(m)) for m in models}
-    if _stored_vectors_views(con) == expected and (models or "vectors" in table_names(con)):
+    stored = _stored_vectors_views(con)
+    if stored == expected and (models or "vectors" in table_names(con)):
+        return
+    if read_only and not missing and all(v == _PRESENT for v in stored.values()):
+        # every file is there and no stored view says otherwise (e.g. a warehouse written before
+        # per-model views): the stored views work; the next writable connection updates them
         return
     if read_only:
         rebuild_vectors_view(con, temporary=True, missing=missing)

@@ -146,3 +146,24 @@ def test_remote_files_are_never_checked(tmp_path: Path, monkeypatch):
     con.close()
     assert missing == {"local-m": (1, 1, str(tmp_path / "gone" / "data.parquet"))}
     assert checked == [str(tmp_path / "gone" / "data.parquet")]
+
+
+def test_a_warehouse_from_before_per_model_views_is_upgraded_and_user_views_are_kept(tmp_path: Path):
+    data, db = tmp_path / "m", tmp_path / "wh.duckdb"
+    ok("synth", str(data), "--layers", "1", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "8", "--rows", "50")
+    ok("ingest", str(data), "--model-id", "m", "-w", str(db))
+    con = duckdb.connect(str(db))
+    n = con.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    # the old layout: one `vectors` view reading the files itself, no per-model views
+    body = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'vectors_m'").fetchone()[0]
+    con.execute("CREATE OR REPLACE VIEW vectors AS " + body.split(" AS ", 1)[1].rstrip(";"))
+    con.execute('DROP VIEW "vectors_m"')
+    con.execute("CREATE VIEW vectors_mine AS SELECT 1 AS x")  # a user's own view with the prefix
+    con.close()
+    assert _count(db, "SELECT count(*) FROM vectors") == n  # read-only: the old view still serves
+    assert _stored_comments(db) == {"vectors_mine": None}
+    store.connect(db).close()  # a writable connection writes the per-model views
+    assert _stored_comments(db) == {"vectors_m": "qkwh vectors: files present", "vectors_mine": None}
+    assert _count(db, 'SELECT count(*) FROM "vectors_m"') == n
+    ok("remove", "m", "--yes", "-w", str(db))
+    assert _stored_comments(db) == {"vectors_mine": None}  # the model's view went, the user's stays
