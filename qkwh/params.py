@@ -187,7 +187,11 @@ class RunConfig:
         for f in dataclasses.fields(self):
             if f.name != "params":
                 _check_field(f.name, getattr(self, f.name), f, typing.get_type_hints(RunConfig)[f.name])
+        reg = _registry()
         for section, params in self._sections().items():
+            expected = reg.get(section).params if section in reg.names() else None
+            if expected is not None and not isinstance(params, expected):
+                raise ValueError(f"{section}: parameters must be a {expected.__name__}, not {type(params).__name__}")
             hints = typing.get_type_hints(type(params))
             for f in dataclasses.fields(params):
                 _check_field(f"{section}.{f.name}", getattr(params, f.name), f, hints[f.name])

@@ -193,6 +193,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
 
         config = load_run_config()
     config = config.resolved()
+    config.validate()
     analyses = registry.analyses()
     columns = table_columns(tuple(t for a in analyses for t in a.tables))
     for analysis in analyses:

@@ -19,7 +19,7 @@ from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
 from qkwh.compute.writer import record_configs, write_heads
-from qkwh.errors import NotFoundError, QkwhError
+from qkwh.errors import InputError, NotFoundError, QkwhError
 from qkwh.params import RunConfig
 
 
@@ -68,6 +68,10 @@ def compute(
     ``ray_address``); results never depend on it.
     """
     config = (config or RunConfig()).resolved()
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise InputError(f"run config: {exc}") from None
     known = registry.names()
     analyses = known if analyses is None else tuple(analyses)
     bad = [a for a in analyses if a not in known]

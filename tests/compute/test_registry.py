@@ -319,3 +319,18 @@ def test_run_config_sections_follow_the_registry():
                          ({"pca": "ten"}, "section 'pca' must be a mapping")):
         with pytest.raises(ValueError, match=message):
             RunConfig.from_dict(bad)
+
+
+def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
+    from qkwh.errors import InputError
+    from qkwh.params import PCAParams, RotationParams
+
+    with pytest.raises(InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"):
+        compute(tmp_path / "never-opened.duckdb", config=RunConfig(max_tokens_per_head=0))
+    assert not (tmp_path / "never-opened.duckdb").exists()
+    wrong = RunConfig(params=(("pca", RotationParams()),))
+    with pytest.raises(ValueError, match="pca: parameters must be a PCAParams, not RotationParams"):
+        udf.register(duckdb.connect(), wrong)
+    odd = RunConfig(params=(("pca", PCAParams(sign_threshold="high")),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pca.sign_threshold must be a number"):
+        odd.validate()
