@@ -144,6 +144,8 @@ def _rows_of(result: AnalysisResult | None, table: str) -> tuple[dict[str, np.nd
 
 def _structs(results: list[AnalysisResult | None], analysis: Analysis, typ: pa.StructType) -> pa.Array:
     """The function's result for a batch: one STRUCT per head, NULL where ``results`` is None."""
+    if not results:
+        return pa.array([], type=typ)
     children: list[pa.Array] = []
     by_name = {t.udf_field: t for t in analysis.tables if not t.per_head}
     per_head = next((t.name for t in analysis.tables if t.per_head), None)
