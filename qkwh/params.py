@@ -63,7 +63,7 @@ class PlasticityParams:
 
 
 def _registry():
-    """The analysis registry (imported late: it imports the analyses, which import this module)."""
+    """The analysis registry (imported late: it imports this module for the parameter classes)."""
     from qkwh.compute import registry
 
     return registry
@@ -84,7 +84,8 @@ class RunConfig:
         default_factory=lambda: tuple(_registry().default_params().items()))
 
     def params_of(self, analysis: str) -> Any:
-        """The parameter object of ``analysis`` (``ValueError`` if it is not registered)."""
+        """The parameter object of ``analysis``: its section in this config, else the registered
+        analysis's defaults (``ValueError`` when it has neither)."""
         for name, value in self.params:
             if name == analysis:
                 return value
@@ -107,11 +108,8 @@ class RunConfig:
         return dataclasses.replace(self, params=tuple(self._sections().items()))
 
     def _sections(self) -> dict[str, Any]:
-        """analysis -> parameter object, for every registered analysis and every stored one."""
-        out = dict(self.params)
-        for name in _registry().names():
-            out.setdefault(name, self.params_of(name))
-        return out
+        """analysis -> parameter object for every registered analysis, in registry order."""
+        return {name: self.params_of(name) for name in _registry().names()}
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

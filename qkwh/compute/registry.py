@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qkwh.analyses import pca, plasticity, rotation, stats
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.params import PCAParams, PlasticityParams, RotationParams
 
@@ -142,10 +141,17 @@ class Analysis:
 # per-head precomputation shared by several analyses
 # ---------------------------------------------------------------------------------------------
 
+def _moments(head: HeadData) -> Any:
+    """Float64 copies and first/second moments of the head (:func:`qkwh.analyses.stats.head_moments`)."""
+    from qkwh.analyses import stats
+
+    return stats.head_moments(head)
+
+
 #: name -> builder(head): computed once per head when any analysis to run declares it in
 #: ``Analysis.shared``, then handed to each of them in ``shared[name]``
 PRECOMPUTE: dict[str, Callable[[HeadData], Any]] = {
-    "moments": stats.head_moments,  # float64 copies and first/second moments (PCA and rotation)
+    "moments": _moments,  # used by PCA and rotation
 }
 
 
@@ -218,20 +224,27 @@ def default_params() -> Mapping[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the built-in analyses (docs/metrics/)
+# the built-in analyses (docs/metrics/); their modules are imported when first run, so reading
+# the registry (the store, the CLI) does not load numpy's and scipy's linear algebra
 # ---------------------------------------------------------------------------------------------
 
 
 def _run_pca(head: HeadData, params: PCAParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+    from qkwh.analyses import pca
+
     return pca.analyse(head, params, moments=shared.get("moments"))
 
 
 def _run_rotation(head: HeadData, params: RotationParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+    from qkwh.analyses import rotation
+
     return rotation.analyse(head, params, moments=shared.get("moments"))
 
 
 def _run_plasticity(head: HeadData, params: PlasticityParams, *, seed: int,
                     shared: Mapping[str, Any]) -> AnalysisResult:
+    from qkwh.analyses import plasticity
+
     return plasticity.analyse(head, params, seed=seed)
 
 
