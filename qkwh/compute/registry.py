@@ -46,6 +46,9 @@ from qkwh.params import PCAParams, PlasticityParams, RotationParams
 #: the columns of the head key every result table starts with, and the run's parameter set
 HEAD_KEY: tuple[str, ...] = ("model_id", "layer", "q_head", "k_head")
 CONFIG_COLUMN = "config_id"
+#: tables and views of the warehouse that no analysis may claim (catalog and bookkeeping)
+RESERVED_TABLES = frozenset({"models", "files", "heads", "ingest_findings", "run_config", "head_runs",
+                             "current_config", "vectors"})
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
@@ -127,6 +130,8 @@ class Analysis:
         for t in self.tables:
             if not _NAME.match(t.name):
                 raise ValueError(f"analysis {self.name}: table name {t.name!r}: use lower-case letters, digits, '_'")
+            if t.name in RESERVED_TABLES:
+                raise ValueError(f"analysis {self.name}: table {t.name} is one of qkwh's own")
             names = [c for c, _ in t.columns]
             if reserved & set(names):
                 raise ValueError(f"table {t.name}: columns {sorted(reserved & set(names))} are added by qkwh")

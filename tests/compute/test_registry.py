@@ -291,6 +291,7 @@ def test_bad_declarations_are_refused():
         (dict(base, name="toy", tables=()), "no output table"),
         (dict(base, name="toy", shared=("nope",)), "unknown shared precomputation"),
         (dict(base, name="toy", tables=(Table("t", columns=(("layer", "INTEGER"),)),)), "added by qkwh"),
+        (dict(base, name="toy", tables=(Table("head_runs", columns=(("x", "DOUBLE"),)),)), "one of qkwh's own"),
         (dict(base, name="toy", tables=(Table("t", key=("b",), columns=(("x", "DOUBLE"),)),)), "not declared"),
         (dict(base, name="toy", tables=(Table("t", columns=(("x", "DOUBLE); DROP TABLE models; --"),)),)),
          "bad column declaration"),
