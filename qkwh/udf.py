@@ -22,8 +22,6 @@ the bulk path's dispatch (:func:`qkwh.compute.work.run_analyses`) under the run 
 
 from __future__ import annotations
 
-import functools
-
 import duckdb
 import numpy as np
 import pyarrow as pa

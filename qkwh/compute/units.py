@@ -34,8 +34,6 @@ def code_version(analysis: str | None = None) -> str:
     root = Path(qkwh.__file__).resolve().parent
     files = list(_package_code())
     if analysis is not None:
-        from qkwh.compute import registry
-
         files += [p for p in registry.get(analysis).code_files() if p not in files]
     h = hashlib.sha256()
     for p in files:
