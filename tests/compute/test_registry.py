@@ -194,7 +194,11 @@ def _toy_rows(db: Path) -> dict[str, list]:
 
 
 def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp_path: Path, monkeypatch):
-    assert "toy" in registry.names() and "toy_buckets" in store.COMPUTE_TABLES
+    from qkwh.compute import writer
+    from qkwh.params import ANALYSES
+
+    assert ANALYSES == ("pca", "rotation", "plasticity", "toy") and "toy_buckets" in store.COMPUTE_TABLES
+    assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
 
