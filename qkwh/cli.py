@@ -212,7 +212,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 @_friendly
 def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
-    analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
+    analyses: Annotated[Optional[str], typer.Option("--analyses", "-a", help="Comma-separated subset of the registered analyses (pca,rotation,plasticity; default: all).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
@@ -239,7 +239,7 @@ def compute(
         from qkwh.errors import InputError
 
         raise InputError(f"--executor must be pool or ray, not {kind!r}")
-    names = tuple(_split([analyses]) or [])
+    names = tuple(_split([analyses]) or []) if analyses is not None else None
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
                   transient=False) as progress:
