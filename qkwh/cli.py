@@ -375,7 +375,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 @_friendly
 def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
-    analyses: Annotated[str, typer.Option("--analyses", "-a", help="Comma-separated subset of pca,rotation,plasticity.")] = "pca,rotation,plasticity",
+    analyses: Annotated[Optional[str], typer.Option("--analyses", "-a", help="Comma-separated subset of the registered analyses (pca,rotation,plasticity; default: all).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
@@ -407,7 +407,7 @@ def compute(
         from qkwh.errors import InputError
 
         raise InputError(f"--executor must be pool or ray, not {kind!r}")
-    names = tuple(_split([analyses]) or [])
+    names = tuple(_split([analyses]) or []) if analyses is not None else None
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names)
@@ -474,7 +474,7 @@ def _models_with_files(wh: Path, models: list[str] | None):
         raise error
     return scope, error
 
-def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...]) -> None:
+def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | None) -> None:
     """--force recomputes heads already computed with these parameters: say how many rows it
     replaces (the same inputs and parameters give the same numbers, so it does not ask)."""
     from qkwh import store
@@ -482,12 +482,13 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...]) ->
     con = store.connect(wh, read_only=True)
     try:
         n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "
-                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, analysis))",
-                        [models or None, list(analyses)]).fetchone()[0]
+                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND ($2 IS NULL OR list_contains($2, analysis)))",
+                        [models or None, list(analyses) if analyses else None]).fetchone()[0]
     finally:
         con.close()
     if n:
-        err.print(f"--force: the stored results of {n} computed head(s) ({', '.join(analyses)}) are recomputed "
+        which = f" ({', '.join(analyses)})" if analyses else ""
+        err.print(f"--force: the stored results of {n} computed head(s){which} are recomputed "
                   "and replaced as each head is written", highlight=False)
 
 

@@ -1,9 +1,12 @@
-"""Typed, frozen parameters of the per-head analyses (spec §2, defaults of §2.3.9).
+"""Typed, frozen parameters of the per-head analyses and the run config that carries them.
 
-One :class:`RunConfig` travels from the YAML run config (``configs/run.yaml``) through the
-compute layer into the pure analyses.  Its :meth:`RunConfig.fingerprint` (together with the code
-version) identifies a parameter set in the warehouse table ``run_config``; every result row
-carries that ``config_id``.
+Each analysis declares its parameter class in the analysis registry
+(:mod:`qkwh.compute.registry`); the classes of the built-in analyses live here so the pure
+analyses can import them.  One :class:`RunConfig` travels from the YAML run config
+(``configs/run.yaml``: one section per registered analysis) through the compute layer into the
+analyses.  :meth:`RunConfig.validate` is the one parameter check.  Its
+:meth:`RunConfig.fingerprint` (together with the code version) identifies a parameter set in the
+warehouse table ``run_config``; every result row carries that ``config_id``.
 
 This module is pure data: no I/O, no DuckDB, importable by ``qkwh.analyses``.
 """
@@ -14,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,64 +27,101 @@ PairsMode = Literal["sampled", "exhaustive"]
 BMode = Literal["eig", "centroid"]
 Pairing = Literal["independent", "same_example_nearest", "row_order"]
 
-ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
-
 
 @dataclass(frozen=True)
 class PCAParams:
-    """Combined Q/K PCA (spec §2.1).  The taxonomy thresholds belong to the dbt project."""
+    """Combined Q/K PCA (docs/metrics/pca.md).  The taxonomy thresholds belong to the dbt project."""
 
-    n_components: int = 10
-    sign_threshold: float = 0.05  # |r_q| below this -> anchor on r_k (spec §2.1 step 5)
+    n_components: int = field(default=10, metadata={"gt": 0})  # PCA components kept
+    sign_threshold: float = field(default=0.05, metadata={"ge": 0, "le": 1})  # |r_q| below this -> the component's sign is anchored on r_k
 
 
 @dataclass(frozen=True)
 class RotationParams:
-    """Planar rotation model (spec §2.2)."""
+    """Planar rotation model (docs/metrics/rotation.md)."""
 
-    b_mode: BMode = "eig"  # which b the b-metrics use (I-01); both axes are always stored
-    pairing: Pairing = "independent"  # how delta = q - k is paired (I-02)
-    t_active: float = 0.3  # threshold on angle_r_circ_pm for an "active" pair (§2.2.4)
-    max_pairs: int = 30  # complement SVD pairs (§2.2.4 step 3)
-    omega_grid: int = 512  # log-spaced omega grid size (§2.2.5)
+    b_mode: BMode = "eig"  # which b the b-metrics use; both axes are always stored
+    pairing: Pairing = "independent"  # how delta = q - k is paired
+    t_active: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # threshold on angle_r_circ_pm (in [0, 1]) for an "active" complement pair
+    max_pairs: int = field(default=30, metadata={"gt": 0})  # complement SVD pairs
+    omega_grid: int = field(default=512, metadata={"gt": 0})  # log-spaced omega grid size
 
 
 @dataclass(frozen=True)
 class PlasticityParams:
-    """Attention plasticity (spec §2.3)."""
+    """Attention plasticity (docs/metrics/plasticity.md)."""
 
-    num_pairs_per_bucket: int = 1024  # P (I-21)
-    cov_mode: CovMode = "full"  # I-15
-    eligibility: Eligibility = "position"  # I-18
-    pairs: PairsMode = "sampled"  # §2.3.8b
-    normality_max_dims: int = 64
-    p_alpha: float = 0.01
-    eps: float = 1e-12  # ridge added to per-bucket covariances
-    var_floor: float = 1e-12  # floor for the pair variance v
-    orientation: bool = True  # §2.3.1 key-mean sign orientation (parity; I-35)
-    empirical: bool = False  # §2.3.10: also count with the bucket's real queries (same pairs)
+    num_pairs_per_bucket: int = field(default=1024, metadata={"gt": 0})  # P: key pairs per query bucket
+    cov_mode: CovMode = "full"
+    eligibility: Eligibility = "position"
+    pairs: PairsMode = "sampled"
+    normality_max_dims: int = field(default=64, metadata={"gt": 0})  # dimensions the normality tests look at
+    p_alpha: float = field(default=0.01, metadata={"gt": 0, "lt": 1})  # significance level of those tests
+    eps: float = field(default=1e-12, metadata={"ge": 0})  # ridge added to per-bucket covariances
+    var_floor: float = field(default=1e-12, metadata={"ge": 0})  # floor for the pair variance v
+    orientation: bool = True  # orient the key-mean sign before counting
+    empirical: bool = False  # also count with the bucket's real queries (same pairs)
+
+
+def _registry():
+    """The analysis registry (imported late: it imports this module for the parameter classes)."""
+    from qkwh.compute import registry
+
+    return registry
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Every parameter of a compute run.  Defaults are the spec's (§2.3.9)."""
+    """Every parameter of a compute run: the run-wide ones and one section per registered analysis.
 
-    seed: int = 0
-    max_tokens_per_head: int = 50_000
-    pca: PCAParams = field(default_factory=PCAParams)
-    rotation: RotationParams = field(default_factory=RotationParams)
-    plasticity: PlasticityParams = field(default_factory=PlasticityParams)
+    ``params`` holds ``(analysis name, its parameter object)`` pairs; read a section with
+    :meth:`params_of` or as an attribute (``config.plasticity.cov_mode``).  An analysis
+    registered after the config was built gets its default parameters.
+    """
+
+    seed: int = field(default=0, metadata={"ge": 0})  # base seed; a head's pair sampler uses pair_seed(seed, layer, q_head)
+    max_tokens_per_head: int = field(default=50_000, metadata={"gt": 0})  # cap on Q rows and on K rows
+    params: tuple[tuple[str, Any], ...] = field(
+        default_factory=lambda: tuple(_registry().default_params().items()))
+
+    def params_of(self, analysis: str) -> Any:
+        """The parameter object of ``analysis``: its section in this config, else the registered
+        analysis's defaults (``ValueError`` when it has neither)."""
+        for name, value in self.params:
+            if name == analysis:
+                return value
+        reg = _registry()
+        if analysis not in reg.names():
+            raise ValueError(f"unknown analysis {analysis!r}; expected one of {', '.join(reg.names())}")
+        return reg.get(analysis).default_params()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "params":  # not a section (and never during unpickling)
+            raise AttributeError(name)
+        try:
+            return self.params_of(name)
+        except ValueError:
+            raise AttributeError(f"RunConfig has no attribute or analysis {name!r}") from None
+
+    def resolved(self) -> "RunConfig":
+        """This config with its own section for every registered analysis (a worker process,
+        which may not know an analysis registered at run time, needs nothing else)."""
+        return dataclasses.replace(self, params=tuple(self._sections().items()))
+
+    def _sections(self) -> dict[str, Any]:
+        """analysis -> parameter object for every registered analysis, in registry order."""
+        return {name: self.params_of(name) for name in _registry().names()}
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The nested mapping of the YAML run config (``configs/run.yaml``)."""
+        return {"seed": self.seed, "max_tokens_per_head": self.max_tokens_per_head,
+                **{name: dataclasses.asdict(p) for name, p in self._sections().items()}}
 
     def analysis_params(self, analysis: str) -> dict[str, Any]:
         """The parameters that influence one analysis' results (used for its fingerprint)."""
-        if analysis not in ANALYSES:
-            raise ValueError(f"unknown analysis {analysis!r}; expected one of {', '.join(ANALYSES)}")
         shared = {"seed": self.seed, "max_tokens_per_head": self.max_tokens_per_head}
-        return {**shared, analysis: dataclasses.asdict(getattr(self, analysis))}
+        return {**shared, analysis: dataclasses.asdict(self.params_of(analysis))}
 
     def fingerprint(self, analysis: str, code_version: str) -> str:
         """Stable id of (analysis, its parameters, code version): 16 hex characters."""
@@ -92,23 +133,27 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
-        """Build from a nested mapping; unknown keys raise ``ValueError`` naming the key."""
+        """Build from a nested mapping and validate; unknown keys raise ``ValueError`` naming the key."""
         data = dict(data or {})
-        sub = {"pca": PCAParams, "rotation": RotationParams, "plasticity": PlasticityParams}
+        reg = _registry()
         kwargs: dict[str, Any] = {}
-        top = {f.name for f in dataclasses.fields(cls)}
+        sections: dict[str, Any] = {}
         for key, value in data.items():
-            if key not in top:
-                raise ValueError(f"unknown run-config key {key!r}")
-            if key in sub:
-                allowed = {f.name for f in dataclasses.fields(sub[key])}
+            if key in ("seed", "max_tokens_per_head"):
+                kwargs[key] = value
+            elif key in reg.names():
+                if value is not None and not isinstance(value, dict):
+                    raise ValueError(f"run-config section {key!r} must be a mapping")
+                params_cls = reg.get(key).params
+                allowed = {f.name for f in dataclasses.fields(params_cls)}
                 for k in (value or {}):
                     if k not in allowed:
                         raise ValueError(f"unknown run-config key {key}.{k!r}")
-                kwargs[key] = sub[key](**(value or {}))
+                sections[key] = params_cls(**(value or {}))
             else:
-                kwargs[key] = value
-        cfg = cls(**kwargs)
+                raise ValueError(f"unknown run-config key {key!r}")
+        params = tuple((name, sections.get(name) or reg.get(name).default_params()) for name in reg.names())
+        cfg = cls(**kwargs, params=params)
         cfg.validate()
         return cfg
 
@@ -132,65 +177,60 @@ class RunConfig:
         return RunConfig.from_dict(data)
 
     def validate(self) -> None:
-        choices = {
-            "rotation.b_mode": (self.rotation.b_mode, ("eig", "centroid")),
-            "rotation.pairing": (self.rotation.pairing, ("independent", "same_example_nearest", "row_order")),
-            "plasticity.cov_mode": (self.plasticity.cov_mode, ("full", "diag", "global_diag")),
-            "plasticity.eligibility": (self.plasticity.eligibility, ("position", "strict_bucket")),
-            "plasticity.pairs": (self.plasticity.pairs, ("sampled", "exhaustive")),
-        }
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        for name, value, low, high, kind in self._ranges():
-            if kind is int:
-                ok_type = isinstance(value, int) and not isinstance(value, bool)
-                what = "an integer"
-            elif kind is bool:
-                ok_type, what = isinstance(value, bool), "true or false"
-            else:
-                ok_type = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                what = "a finite number"
-            if not ok_type:
-                raise ValueError(f"{name} must be {what}; got {value!r}")
-            if kind is bool:
-                continue
-            if not (low[0] < value or (low[1] and low[0] == value)) or \
-                    (high is not None and not (value < high[0] or (high[1] and value == high[0]))):
-                raise ValueError(f"{name} must be in {_interval(low, high)}; got {value!r}")
+        """The one check of every parameter, run-wide and of every analysis section.
 
-    def _ranges(self) -> list[tuple[str, Any, tuple[float, bool], tuple[float, bool] | None, type]]:
-        """(name, value, (low, closed), (high, closed) or None for no upper bound, type) of every
-        numeric or boolean parameter: the allowed range :meth:`validate` enforces."""
-        p, r, a = self.pca, self.rotation, self.plasticity
-        at_least = lambda x: (x, True)  # noqa: E731
-        above = lambda x: (x, False)  # noqa: E731
-        return [
-            ("seed", self.seed, at_least(0), None, int),
-            ("max_tokens_per_head", self.max_tokens_per_head, at_least(1), None, int),
-            ("pca.n_components", p.n_components, at_least(1), None, int),
-            ("pca.sign_threshold", p.sign_threshold, at_least(0.0), (1.0, True), float),  # a |correlation|
-            ("rotation.t_active", r.t_active, at_least(0.0), (1.0, True), float),  # angle_r_circ_pm is in [0, 1]
-            ("rotation.max_pairs", r.max_pairs, at_least(1), None, int),
-            ("rotation.omega_grid", r.omega_grid, at_least(1), None, int),
-            ("plasticity.num_pairs_per_bucket", a.num_pairs_per_bucket, at_least(1), None, int),
-            ("plasticity.normality_max_dims", a.normality_max_dims, at_least(1), None, int),
-            ("plasticity.p_alpha", a.p_alpha, above(0.0), (1.0, False), float),  # a significance level
-            ("plasticity.eps", a.eps, at_least(0.0), None, float),  # a ridge
-            ("plasticity.var_floor", a.var_floor, at_least(0.0), None, float),
-            ("plasticity.orientation", a.orientation, at_least(0), None, bool),
-            ("plasticity.empirical", a.empirical, at_least(0), None, bool),
-        ]
+        Driven by the parameter classes: a ``Literal`` field must hold one of its values, a
+        bool/int/float/str field a value of that type, and a field's ``metadata`` bounds
+        (``gt``, ``ge``, ``lt``, ``le``) must hold.  Raises ``ValueError`` naming the parameter.
+        """
+        for f in dataclasses.fields(self):
+            if f.name != "params":
+                _check_field(f.name, getattr(self, f.name), f, typing.get_type_hints(RunConfig)[f.name])
+        reg = _registry()
+        for section, params in self._sections().items():
+            expected = reg.get(section).params if section in reg.names() else None
+            if expected is not None and not isinstance(params, expected):
+                raise ValueError(f"{section}: parameters must be a {expected.__name__}, not {type(params).__name__}")
+            hints = typing.get_type_hints(type(params))
+            for f in dataclasses.fields(params):
+                _check_field(f"{section}.{f.name}", getattr(params, f.name), f, hints[f.name])
 
 
-def _interval(low: tuple[float, bool], high: tuple[float, bool] | None) -> str:
-    left = ("[" if low[1] else "(") + f"{low[0]:g}"
-    right = "inf)" if high is None else f"{high[0]:g}" + ("]" if high[1] else ")")
-    return f"{left}, {right}"
+def _check_field(name: str, value: Any, f: dataclasses.Field, hint: Any) -> None:
+    if typing.get_origin(hint) is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+        return
+    bounds = {k: f.metadata[k] for k in ("gt", "ge", "lt", "le") if k in f.metadata}
+    if hint is bool and not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false; got {value!r}")
+    if hint is int and (not isinstance(value, int) or isinstance(value, bool)):
+        kind = "a positive integer" if bounds == {"gt": 0} else "an integer"
+        raise ValueError(f"{name} must be {kind}; got {value!r}")
+    if hint is float and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+        raise ValueError(f"{name} must be a number; got {value!r}")
+    if hint is float and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
+    if hint is str and not isinstance(value, str):
+        raise ValueError(f"{name} must be a string; got {value!r}")
+    if hint is int and bounds == {"gt": 0} and value <= 0:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+    ops = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="),
+           "lt": (lambda v, b: v < b, "<"), "le": (lambda v, b: v <= b, "<=")}
+    for key, bound in bounds.items():
+        ok, sign = ops[key]
+        if not ok(value, bound):
+            low = [k for k in ("gt", "ge") if k in bounds]
+            high = [k for k in ("lt", "le") if k in bounds]
+            if low and high:  # both ends: name the interval, e.g. [0, 1] or (0, 1)
+                raise ValueError(f"{name} must be in {'(' if low[0] == 'gt' else '['}{bounds[low[0]]:g}, "
+                                 f"{bounds[high[0]]:g}{')' if high[0] == 'lt' else ']'}; got {value!r}")
+            raise ValueError(f"{name} must be {sign} {bound}; got {value!r}")
 
 
 def pair_seed(seed: int, layer: int, q_head: int) -> int:
-    """Seed of a head's pair sampler: ``seed + 10007*layer + 379*q_head`` (spec §2.3.5)."""
+    """Seed of a head's pair sampler: ``seed + 10007*layer + 379*q_head``."""
     return int(seed) + 10007 * int(layer) + 379 * int(q_head)
 
 
@@ -212,3 +252,10 @@ def _coerce(raw: Any, current: Any, name: str) -> Any:
     except ValueError:
         raise ValueError(f"parameter {name}: cannot read {raw!r} as {type(current).__name__}") from None
     return raw
+
+
+def __getattr__(name: str) -> Any:
+    """``ANALYSES``: the registered analysis names (read from the registry when asked)."""
+    if name == "ANALYSES":
+        return _registry().names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

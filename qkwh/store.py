@@ -44,6 +44,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
         raise _lock_error(wh, exc) from None
     if not read_only:
         con.execute(SCHEMA_SQL.read_text())
+        create_analysis_tables(con)
     _register_remote(con)
     refresh_vectors_view(con, read_only=read_only)
     return con
@@ -120,21 +121,42 @@ def tables_with_column(con: duckdb.DuckDBPyConnection, column: str) -> list[str]
     return [r[0] for r in rows]
 
 
-# Per-head result tables written by `qkwh compute` (spec §2) plus its bookkeeping.
-COMPUTE_TABLES: tuple[str, ...] = (
-    "pca_components", "pca_heads", "pca_axes",
-    "rotation_heads", "rotation_pairs", "rotation_axes",
-    "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components",
-    "head_runs",
-)
 CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings")
+
+
+def compute_tables() -> tuple[str, ...]:
+    """The per-head result tables of every registered analysis (qkwh.compute.registry), written
+    by `qkwh compute`, plus its bookkeeping table head_runs."""
+    from qkwh.compute import registry
+
+    return (*registry.result_tables(), "head_runs")
+
+
+def __getattr__(name: str):
+    """``COMPUTE_TABLES``: :func:`compute_tables`, read from the analysis registry when asked."""
+    if name == "COMPUTE_TABLES":
+        return compute_tables()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def create_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the result tables that registered analyses declare with their columns (the
+    built-in ones are in warehouse/schema.sql); idempotent."""
+    from qkwh.compute import registry
+
+    template = load_sql("analysis_table")
+    for table in registry.declared_tables():
+        con.execute(template.format(
+            table=quote_ident(table.name),
+            columns=",\n    ".join(f"{quote_ident(c)} {t}" for c, t in table.columns),
+            key="".join(f", {quote_ident(c)}" for c in table.key)))
 
 
 def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, object]) -> int:
     """Insert rows given as columns (lists or numpy/arrow arrays) by column name."""
     import pyarrow as pa
 
-    if table not in CATALOG_TABLES + COMPUTE_TABLES + ("run_config",):
+    if table not in CATALOG_TABLES + compute_tables() + ("run_config",):
         raise ValueError(f"not a qkwh table: {table!r}")
     data = pa.table({k: _as_arrow(v) for k, v in columns.items()})
     if data.num_rows == 0:

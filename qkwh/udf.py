@@ -1,87 +1,91 @@
-"""The analyses as DuckDB SQL functions (Arrow-vectorised Python UDFs returning STRUCTs).
+"""The analyses as DuckDB SQL functions: one Arrow-vectorised Python UDF per registered analysis.
 
 >>> import duckdb, qkwh.udf
->>> con = duckdb.connect("warehouse/qkwh.duckdb", read_only=True)
+>>> con = duckdb.connect("qkwh.duckdb", read_only=True)
 >>> qkwh.udf.register(con)
->>> con.sql("SELECT layer, q_head, qkwh_rotation(q, t, k, s, context_length, bucket_size).bias_strength "
-...         "FROM head_inputs('smollm2-135m')")
+>>> con.sql("SELECT layer, q_head, qkwh_rotation(h).bias_strength FROM head_inputs('smollm2-135m') AS h")
 
-Functions (one row = one head; q/k are lists of vectors, t/s their positions):
+``qkwh_<analysis>(head)`` takes one row of the table macro ``head_inputs(model_id)`` as a STRUCT
+(:data:`HEAD_STRUCT`: the head key, its q and k rows in file order with their positions,
+examples and buckets, the model's context length and bucket size, and the head's sliding
+window) and returns a STRUCT: the columns of the analysis' one-row-per-head table
+(``pca_heads``, ``rotation_heads``, ``plasticity_heads``), plus one list field per other output
+table holding that table's rows for the head (e.g. ``components``, ``buckets``; the field names
+are declared in :mod:`qkwh.compute.registry`).  The head key and ``config_id`` are left out.
 
-* ``qkwh_pca(q FLOAT[][], t INTEGER[], k FLOAT[][], s INTEGER[])`` -> the ``pca_heads`` columns
-  plus ``components`` (a list of the ``pca_components`` rows);
-* ``qkwh_rotation(q, t, k, s, context_length INTEGER, bucket_size INTEGER)`` -> ``rotation_heads``
-  columns;
-* ``qkwh_plasticity(q, t, q_example INTEGER[], k, s, k_example INTEGER[], context_length,
-  bucket_size, layer INTEGER, q_head INTEGER)`` -> ``plasticity_heads`` columns plus ``buckets``
-  (a list of the ``plasticity_buckets`` rows).  Buckets are ``position // bucket_size``;
-  ``layer`` and ``q_head`` only seed the pair sampler (spec §2.3.5).
-
-The functions run the same code as ``qkwh compute`` with the run config given to
-:func:`register` (default: ``configs/run.yaml``), including the max_tokens_per_head cap, so
-they return exactly what the bulk path stores for the same head.
+The functions build the head with the bulk path's builder
+(:func:`qkwh.compute.work.build_head`, including the max_tokens_per_head cap) and run it with
+the bulk path's dispatch (:func:`qkwh.compute.work.run_analyses`) under the run config given to
+:func:`register` (default: the shipped ``configs/run.yaml``), so they return exactly the rows
+``qkwh compute`` stores for the same head and parameters.
 """
 
 from __future__ import annotations
-
-import functools
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from qkwh.analyses.types import HeadData
+from qkwh.analyses.types import AnalysisResult
+from qkwh.compute import registry
+from qkwh.compute.registry import CONFIG_COLUMN, HEAD_KEY, Analysis, Table
 from qkwh.params import RunConfig
 
-_KEY = {"model_id", "layer", "q_head", "k_head", "config_id"}
+#: the argument of every analysis function: one row of ``head_inputs(model_id)``
+HEAD_STRUCT = ("STRUCT(model_id VARCHAR, layer INTEGER, q_head INTEGER, k_head INTEGER, "
+               "q FLOAT[][], t BIGINT[], q_example BIGINT[], q_bucket BIGINT[], "
+               "k FLOAT[][], s BIGINT[], k_example BIGINT[], k_bucket BIGINT[], "
+               "context_length INTEGER, bucket_size INTEGER, sliding_window INTEGER)")
 
 
-@functools.lru_cache(maxsize=1)
-def _schema_types() -> dict[str, list[tuple[str, str]]]:
-    """Column names and SQL types of the result tables, read from warehouse/schema.sql."""
+def table_columns(tables: tuple[Table, ...]) -> dict[str, list[tuple[str, str]]]:
+    """Result columns ``(name, SQL type)`` of ``tables`` (head key and config_id left out), read
+    from warehouse/schema.sql or from the table's declaration."""
+    from qkwh import store
     from qkwh.paths import SCHEMA_SQL
 
     con = duckdb.connect()
     try:
         con.execute(SCHEMA_SQL.read_text())
+        store.create_analysis_tables(con)
         out: dict[str, list[tuple[str, str]]] = {}
-        for table in ("pca_heads", "pca_components", "rotation_heads", "plasticity_heads", "plasticity_buckets"):
+        for table in tables:
             rows = con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                               "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
-            out[table] = [(n, t) for n, t in rows if n not in _KEY]
+                               "WHERE table_name = ? ORDER BY ordinal_position", [table.name]).fetchall()
+            if not rows:
+                raise ValueError(f"table {table.name} is neither in warehouse/schema.sql nor declared with columns")
+            out[table.name] = [(n, t) for n, t in rows if n not in (*HEAD_KEY, CONFIG_COLUMN)]
         return out
     finally:
         con.close()
 
 
-def _struct_sql(cols: list[tuple[str, str]], extra: str = "") -> str:
-    body = ", ".join(f'"{n}" {t}' for n, t in cols)
-    return f"STRUCT({body}{', ' + extra if extra else ''})"
+def return_type(analysis: Analysis, columns: dict[str, list[tuple[str, str]]]) -> str:
+    """The SQL STRUCT type that ``qkwh_<analysis>`` returns."""
+    def struct(cols: list[tuple[str, str]]) -> str:
+        return "STRUCT(" + ", ".join(f'"{n}" {t}' for n, t in cols) + ")"
+
+    fields: list[tuple[str, str]] = []
+    for table in analysis.tables:
+        if table.per_head:
+            fields += columns[table.name]
+        else:
+            fields.append((table.udf_field, struct(columns[table.name]) + "[]"))
+    return struct(fields)
 
 
 def _arrow_type(sql_type: str) -> pa.DataType:
-    return {"DOUBLE": pa.float64(), "INTEGER": pa.int32(), "BIGINT": pa.int64(), "VARCHAR": pa.string(),
-            "BOOLEAN": pa.bool_()}[sql_type]
+    """The Arrow type DuckDB exchanges for ``sql_type``."""
+    con = duckdb.connect()
+    try:
+        return con.sql(f"SELECT NULL::{sql_type} AS x").to_arrow_table().schema.field("x").type
+    finally:
+        con.close()
 
 
-def _struct_arrow(cols: list[tuple[str, str]]) -> pa.StructType:
-    return pa.struct([(n, _arrow_type(t)) for n, t in cols])
-
-
-def _row(cols: list[tuple[str, str]], table: dict[str, np.ndarray], i: int = 0) -> dict:
-    out = {}
-    for name, sql_type in cols:
-        v = table.get(name)
-        if v is None:
-            out[name] = None
-            continue
-        x = v[i]
-        if isinstance(x, np.generic):
-            x = x.item()
-        if isinstance(x, float) and sql_type in ("INTEGER", "BIGINT"):
-            x = None if np.isnan(x) else int(x)
-        out[name] = x
-    return out
+# ---------------------------------------------------------------------------------------------
+# Arrow in: one head per row
+# ---------------------------------------------------------------------------------------------
 
 
 def _matrix(vectors: pa.Array) -> np.ndarray:
@@ -91,117 +95,112 @@ def _matrix(vectors: pa.Array) -> np.ndarray:
     return flat.reshape(n, -1) if n else np.empty((0, 0), dtype=np.float32)
 
 
-def _ints(arr) -> np.ndarray:
-    return np.asarray(arr.values.to_numpy(zero_copy_only=False) if hasattr(arr, "values") else arr, dtype=np.int64)
+def _ints(values: pa.Array) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _head(q, t, k, s, context_length, bucket_size, config: RunConfig, *, qe=None, ke=None,
-          layer: int = 0, q_head: int = 0) -> HeadData:
-    from qkwh.analyses.stats import cap_rows
+def _head(row: dict[str, pa.Scalar], config: RunConfig):
+    """The :class:`HeadData` of one ``head_inputs`` row, or None when it has no q or no k rows."""
+    from qkwh.compute.work import build_head
 
-    Q, K = _matrix(q.values), _matrix(k.values)
-    T, S = _ints(t), _ints(s)
-    QE = _ints(qe) if qe is not None else np.zeros_like(T)
-    KE = _ints(ke) if ke is not None else np.zeros_like(S)
-    iq = cap_rows(len(T), config.max_tokens_per_head, config.seed)
-    ik = cap_rows(len(S), config.max_tokens_per_head, config.seed)
-    if iq is not None:
-        Q, T, QE = Q[iq], T[iq], QE[iq]
-    if ik is not None:
-        K, S, KE = K[ik], S[ik], KE[ik]
-    m = int(bucket_size)
-    return HeadData(q=Q, q_pos=T, q_example=QE, q_bucket=T // m, k=K, k_pos=S, k_example=KE, k_bucket=S // m,
-                    context_length=int(context_length), bucket_size=m, layer=int(layer), q_head=int(q_head))
+    if not row["q"].is_valid or not row["k"].is_valid:
+        return None
+    q = (_matrix(row["q"].values), _ints(row["t"].values), _ints(row["q_example"].values),
+         _ints(row["q_bucket"].values))
+    k = (_matrix(row["k"].values), _ints(row["s"].values), _ints(row["k_example"].values),
+         _ints(row["k_bucket"].values))
+    layer, q_head = row["layer"].as_py(), row["q_head"].as_py()
+    return build_head(q, k, context_length=row["context_length"].as_py(), bucket_size=row["bucket_size"].as_py(),
+                      sliding_window=row["sliding_window"].as_py(), layer=layer, q_head=q_head, config=config,
+                      label=f"{row['model_id'].as_py()} L{layer}H{q_head}")
 
 
-def _rows(*arrays: pa.ChunkedArray):
-    """Iterate the UDF batch row by row, as pyarrow scalars."""
-    chunks = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
-    for i in range(len(chunks[0])):
-        yield [c[i] for c in chunks]
+# ---------------------------------------------------------------------------------------------
+# Arrow out: one STRUCT per head
+# ---------------------------------------------------------------------------------------------
 
 
-def _single_threaded(fn):
-    """Run a UDF with BLAS on one thread, like the compute workers (bit-identical results)."""
+def _to_arrow(values: np.ndarray | None, n: int, typ: pa.DataType) -> pa.Array:
+    """``n`` values of one column as ``typ`` (NaN in an integer column becomes NULL)."""
+    if values is None:
+        return pa.nulls(n, type=typ)
+    v = np.asarray(values)
+    if v.ndim == 2:  # rows of vectors
+        flat = pa.array(np.ascontiguousarray(v, dtype=np.float32).ravel())
+        return pa.FixedSizeListArray.from_arrays(flat, v.shape[1]).cast(typ)
+    if v.dtype == object:
+        return pa.array(v.tolist(), type=typ)
+    if pa.types.is_integer(typ) and v.dtype.kind == "f":
+        return pa.array(v, mask=np.isnan(v)).cast(typ)
+    return pa.array(v).cast(typ)
 
-    @functools.wraps(fn)
-    def wrapper(*args):
+
+def _rows_of(result: AnalysisResult | None, table: str) -> tuple[dict[str, np.ndarray], int]:
+    cols = (result.tables.get(table) if result is not None else None) or {}
+    return cols, (len(next(iter(cols.values()))) if cols else 0)
+
+
+def _structs(results: list[AnalysisResult | None], analysis: Analysis, typ: pa.StructType) -> pa.Array:
+    """The function's result for a batch: one STRUCT per head, NULL where ``results`` is None."""
+    if not results:
+        return pa.array([], type=typ)
+    children: list[pa.Array] = []
+    by_name = {t.udf_field: t for t in analysis.tables if not t.per_head}
+    per_head = next((t.name for t in analysis.tables if t.per_head), None)
+    for f in typ:
+        if f.name in by_name:  # a list of the rows of one table
+            row_type = f.type.value_type
+            parts = [_rows_of(r, by_name[f.name].name) for r in results]
+            offsets = np.concatenate([[0], np.cumsum([n for _, n in parts])]).astype(np.int32)
+            fields = [pa.concat_arrays([_to_arrow(cols.get(c.name), n, c.type) for cols, n in parts])
+                      for c in row_type]
+            values = pa.StructArray.from_arrays(fields, fields=list(row_type))
+            children.append(pa.ListArray.from_arrays(pa.array(offsets), values).cast(f.type))
+        else:  # a column of the one-row-per-head table
+            parts = [_rows_of(r, per_head) for r in results]
+            children.append(pa.concat_arrays([_to_arrow(cols.get(f.name), 1, f.type) if n else pa.nulls(1, f.type)
+                                               for cols, n in parts]))
+    mask = pa.array([r is None for r in results], type=pa.bool_())
+    return pa.StructArray.from_arrays(children, fields=list(typ), mask=mask)
+
+
+def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType):
+    def fn(heads: pa.Array | pa.ChunkedArray) -> pa.Array:
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=1):
-            return fn(*args)
+        from qkwh.compute.work import run_analyses
 
-    return wrapper
+        if isinstance(heads, pa.ChunkedArray):
+            heads = heads.combine_chunks()
+        names = [f.name for f in heads.type]
+        columns = {name: heads.field(name) for name in names}
+        results: list[AnalysisResult | None] = []
+        # BLAS on one thread, like the compute workers (LAPACK's last bits depend on it)
+        with threadpool_limits(limits=1):
+            for i in range(len(heads)):
+                head = _head({name: columns[name][i] for name in names}, config) if heads[i].is_valid else None
+                results.append(None if head is None else run_analyses(head, (analysis,), config)[analysis.name])
+        return _structs(results, analysis, typ)
+
+    fn.__name__ = analysis.udf_name
+    return fn
 
 
 def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) -> None:
-    """Register qkwh_pca, qkwh_rotation and qkwh_plasticity on ``con``."""
-    from qkwh.analyses import pca, plasticity, rotation
-
+    """Add ``qkwh_<analysis>(head)`` for every registered analysis to ``con``."""
     if config is None:
         from qkwh.config import load_run_config
 
         config = load_run_config()
-    types = _schema_types()
-    comp_cols = [(n, t) for n, t in types["pca_components"]]
-    bucket_cols = [(n, t) for n, t in types["plasticity_buckets"]]
-    pca_cols, rot_cols, pl_cols = types["pca_heads"], types["rotation_heads"], types["plasticity_heads"]
-
-    pca_type = pa.struct(list(_struct_arrow(pca_cols)) + [pa.field("components", pa.list_(_struct_arrow(comp_cols)))])
-    rot_type = _struct_arrow(rot_cols)
-    pl_type = pa.struct(list(_struct_arrow(pl_cols)) + [pa.field("buckets", pa.list_(_struct_arrow(bucket_cols)))])
-
-    def pca_udf(q, t, k, s):
-        out = []
-        for qq, tt, kk, ss in _rows(q, t, k, s):
-            if not qq.is_valid or not kk.is_valid:
-                out.append(None)
-                continue
-            r = pca.analyse(_head(qq, tt, kk, ss, 1, 1, config), config.pca).tables
-            row = _row(pca_cols, r["pca_heads"])
-            n = len(next(iter(r["pca_components"].values())))
-            row["components"] = [_row(comp_cols, r["pca_components"], i) for i in range(n)]
-            out.append(row)
-        return pa.array(out, type=pca_type)
-
-    def rotation_udf(q, t, k, s, ctx, m):
-        out = []
-        for qq, tt, kk, ss, cc, mm in _rows(q, t, k, s, ctx, m):
-            if not qq.is_valid or not kk.is_valid:
-                out.append(None)
-                continue
-            head = _head(qq, tt, kk, ss, cc.as_py(), mm.as_py(), config)
-            out.append(_row(rot_cols, rotation.analyse(head, config.rotation).tables["rotation_heads"]))
-        return pa.array(out, type=rot_type)
-
-    def plasticity_udf(q, t, qe, k, s, ke, ctx, m, layer, q_head):
-        out = []
-        for qq, tt, qx, kk, ss, kx, cc, mm, ll, hh in _rows(q, t, qe, k, s, ke, ctx, m, layer, q_head):
-            if not qq.is_valid or not kk.is_valid:
-                out.append(None)
-                continue
-            head = _head(qq, tt, kk, ss, cc.as_py(), mm.as_py(), config, qe=qx, ke=kx,
-                         layer=ll.as_py(), q_head=hh.as_py())
-            r = plasticity.analyse(head, config.plasticity, seed=config.seed).tables
-            row = _row(pl_cols, r["plasticity_heads"])
-            n = len(next(iter(r["plasticity_buckets"].values())))
-            row["buckets"] = [_row(bucket_cols, r["plasticity_buckets"], i) for i in range(n)]
-            out.append(row)
-        return pa.array(out, type=pl_type)
-
-    vec, pos = "FLOAT[][]", "INTEGER[]"
-    comp_sql = f"components {_struct_sql(comp_cols)}[]"
-    bucket_sql = f"buckets {_struct_sql(bucket_cols)}[]"
-    specs = [
-        ("qkwh_pca", pca_udf, [vec, pos, vec, pos], _struct_sql(pca_cols, comp_sql)),
-        ("qkwh_rotation", rotation_udf, [vec, pos, vec, pos, "INTEGER", "INTEGER"], _struct_sql(rot_cols)),
-        ("qkwh_plasticity", plasticity_udf, [vec, pos, pos, vec, pos, pos, "INTEGER", "INTEGER", "INTEGER", "INTEGER"],
-         _struct_sql(pl_cols, bucket_sql)),
-    ]
-    for name, fn, params, ret in specs:
-        fn = _single_threaded(fn)
+    config = config.resolved()
+    config.validate()
+    analyses = registry.analyses()
+    columns = table_columns(tuple(t for a in analyses for t in a.tables))
+    for analysis in analyses:
+        ret = return_type(analysis, columns)
         try:
-            con.remove_function(name)
+            con.remove_function(analysis.udf_name)
         except Exception:  # not registered yet
             pass
-        con.create_function(name, fn, params, ret, type="arrow", side_effects=False)
+        con.create_function(analysis.udf_name, _function(analysis, config, _arrow_type(ret)), [HEAD_STRUCT], ret,
+                            type="arrow", side_effects=False)

@@ -91,7 +91,7 @@ CREATE TABLE IF NOT EXISTS ingest_findings (
 
 CREATE TABLE IF NOT EXISTS run_config (
     config_id     VARCHAR PRIMARY KEY,           -- RunConfig.fingerprint(analysis, code_version)
-    analysis      VARCHAR NOT NULL,              -- pca | rotation | plasticity
+    analysis      VARCHAR NOT NULL,              -- a registered analysis: pca | rotation | plasticity | ...
     code_version  VARCHAR NOT NULL,
     params_json   VARCHAR NOT NULL,              -- every parameter that influences the analysis
     created_at    TIMESTAMP NOT NULL

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkwh import store
+from qkwh.compute import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
 from qkwh.compute.writer import record_configs, write_heads
-from qkwh.errors import NotFoundError, QkwhError
-from qkwh.params import ANALYSES, RunConfig
+from qkwh.errors import InputError, NotFoundError, QkwhError
+from qkwh.params import RunConfig
 
 
 @dataclass
@@ -29,7 +30,7 @@ class ComputeReport:
     n_written: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (head label, error)
     config_ids: dict[str, str] = field(default_factory=dict)
-    code_version: str = ""
+    code_version: str = ""  # of the package's analyses (an analysis outside the package adds its own)
 
     @property
     def n_skipped(self) -> int:
@@ -51,7 +52,7 @@ def compute(
     warehouse: str | Path | None = None,
     *,
     models: list[str] | None = None,
-    analyses: tuple[str, ...] = ANALYSES,
+    analyses: tuple[str, ...] | None = None,
     config: RunConfig | None = None,
     workers: int | None = None,
     executor: Executor | str | None = None,
@@ -60,26 +61,34 @@ def compute(
     on_start: Callable[[int], None] | None = None,
     on_head: Callable[[str], None] | None = None,
 ) -> ComputeReport:
-    """Compute ``analyses`` for every analysable head of ``models`` (default: all).
+    """Compute ``analyses`` (default: every registered one) for every analysable head of
+    ``models`` (default: all).
 
     ``executor``: an :class:`Executor`, or its kind (``"pool"``, the default, or ``"ray"`` with
     ``ray_address``); results never depend on it.
     """
-    config = config or RunConfig()
-    bad = [a for a in analyses if a not in ANALYSES]
+    config = (config or RunConfig()).resolved()
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise InputError(f"run config: {exc}") from None
+    known = registry.names()
+    analyses = known if analyses is None else tuple(analyses)
+    bad = [a for a in analyses if a not in known]
     if bad or not analyses:
-        raise QkwhError(f"unknown analysis {', '.join(bad) or '(none)'}; choose from {', '.join(ANALYSES)}")
-    cv = code_version()
-    config_ids = {a: config.fingerprint(a, cv) for a in analyses}
+        raise QkwhError(f"unknown analysis {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
+    code_versions = {a: code_version(a) for a in analyses}
+    config_ids = {a: config.fingerprint(a, code_versions[a]) for a in analyses}
     con = store.connect(warehouse)
     try:
         units = load_units(con, models)
         done = {(m, l, q, a): (cid, fp) for m, l, q, a, cid, fp in
                 con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
         tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
-        report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids, code_version=cv)
+        report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
+                               code_version=code_version())
         with store.transaction(con):
-            record_configs(con, config, config_ids, cv)
+            record_configs(con, config, config_ids, code_versions)
         if on_start:
             on_start(report.n_planned)
         if not tasks:

@@ -12,19 +12,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import qkwh
+from qkwh.compute import registry
+from qkwh.compute.registry import Analysis
 from qkwh.params import RunConfig
 
-_CODE_FILES = ("params.py", "analyses/types.py", "analyses/stats.py", "analyses/pca.py",
-               "analyses/rotation.py", "analyses/plasticity.py", "compute/work.py")
 
-
-def code_version() -> str:
-    """Package version plus a hash of the analysis code: changing an analysis recomputes."""
+def _package_code() -> tuple[Path, ...]:
+    """The package's analysis code: params, every module of qkwh/analyses, the registry and the
+    per-head work."""
     root = Path(qkwh.__file__).resolve().parent
+    return (root / "params.py", *sorted((root / "analyses").rglob("*.py")),
+            root / "compute" / "registry.py", root / "compute" / "work.py")
+
+
+def code_version(analysis: str | None = None) -> str:
+    """Package version plus a hash of the analysis code: changing an analysis recomputes.
+
+    With ``analysis``, the source files of a registered analysis that live outside the package
+    (its function's module and its declared ``code`` files) are hashed too.
+    """
+    root = Path(qkwh.__file__).resolve().parent
+    files = list(_package_code())
+    if analysis is not None:
+        files += [p for p in registry.get(analysis).code_files() if p not in files]
     h = hashlib.sha256()
-    for rel in _CODE_FILES:
-        p = root / rel
+    for p in files:
         if p.exists():
+            rel = p.relative_to(root).as_posix() if p.is_relative_to(root) else p.name
             h.update(rel.encode() + b"\0" + p.read_bytes())
     return f"{qkwh.__version__}+{h.hexdigest()[:10]}"
 
@@ -64,6 +78,9 @@ class GroupTask:
     heads: tuple[HeadUnit, ...]
     analyses: tuple[tuple[str, ...], ...]  # per head: the analyses to run
     config: RunConfig = field(default_factory=RunConfig)
+    # the declarations of those analyses, carried along so a worker process runs what the
+    # parent registered (an analysis registered at run time included)
+    declarations: tuple[Analysis, ...] = ()
 
     @property
     def n_heads(self) -> int:
@@ -81,4 +98,6 @@ def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str], tuple[str,
                      if force or done.get((*u.key, a)) != (config_ids[a], fp))
         if need:
             groups.setdefault((u.model_id, u.layer, u.k_head), []).append((u, need))
-    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config) for g in groups.values()]
+    declarations = tuple(registry.get(a) for a in analyses)
+    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations)
+            for g in groups.values()]

@@ -1,4 +1,8 @@
-"""What a worker does with a :class:`GroupTask`: read the files, run the analyses.
+"""What a worker does with a :class:`GroupTask`: read the files, build each head, run its analyses.
+
+:func:`build_head` is the one place a :class:`HeadData` is assembled (row cap, d check), for the
+bulk path (:func:`head_data`, from the files) and the SQL functions (:mod:`qkwh.udf`) alike, and
+:func:`run_analyses` the one place the registered analyses are run on it.
 
 Runs in worker processes: no DuckDB here (the parent process is the only writer).
 """
@@ -6,13 +10,15 @@ Runs in worker processes: no DuckDB here (the parent process is the only writer)
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from qkwh.analyses import pca, plasticity, rotation, stats
 from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, HeadData
+from qkwh.compute import registry
+from qkwh.compute.registry import Analysis
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
 from qkwh.sniffed.reader import FileData, read_file
@@ -26,36 +32,47 @@ class HeadOutcome:
     error: str | None = None
 
 
-def _take(data: FileData, idx: np.ndarray | None) -> tuple[np.ndarray, ...]:
-    cols = (data.vectors, data.position, data.example_id, data.bucket)
-    return cols if idx is None else tuple(c[idx] for c in cols)
+#: one kind's rows of a head: vectors (n, d) float32, then position, example_id, bucket (n,) int64
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def build_head(q: Rows, k: Rows, *, context_length: int, bucket_size: int, sliding_window: int | None,
+               layer: int, q_head: int, config: RunConfig, label: str = "head") -> HeadData:
+    """One head's :class:`HeadData` from its q rows and k rows (in file order), with the
+    ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path)."""
+    if q[0].shape[1] != k[0].shape[1]:
+        raise ValueError(f"{label}: q has d={q[0].shape[1]} but k has d={k[0].shape[1]}")
+    qv, qt, qe, qb = _take(q, cap_rows(len(q[1]), config.max_tokens_per_head, config.seed))
+    kv, ks, ke, kb = _take(k, cap_rows(len(k[1]), config.max_tokens_per_head, config.seed))
+    return HeadData(q=qv, q_pos=qt, q_example=qe, q_bucket=qb, k=kv, k_pos=ks, k_example=ke, k_bucket=kb,
+                    context_length=int(context_length), bucket_size=int(bucket_size),
+                    sliding_window=None if sliding_window is None else int(sliding_window),
+                    layer=int(layer), q_head=int(q_head))
+
+
+def _take(rows: Rows, idx: np.ndarray | None) -> Rows:
+    return rows if idx is None else tuple(c[idx] for c in rows)
 
 
 def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> HeadData:
-    """Assemble one head's arrays, applying the max_tokens_per_head cap to Q and K."""
-    if q.d != k.d:
-        raise ValueError(f"{unit.label}: q has d={q.d} but k has d={k.d}")
-    qv, qt, qe, qb = _take(q, cap_rows(q.rows, config.max_tokens_per_head, config.seed))
-    kv, ks, ke, kb = _take(k, cap_rows(k.rows, config.max_tokens_per_head, config.seed))
-    return HeadData(q=qv, q_pos=qt, q_example=qe, q_bucket=qb, k=kv, k_pos=ks, k_example=ke, k_bucket=kb,
-                    context_length=unit.context_length, bucket_size=unit.bucket_size,
-                    sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head)
+    """The head of ``unit`` from its q file and k file."""
+    def rows(f: FileData) -> Rows:
+        return (f.vectors, f.position, f.example_id, f.bucket)
+
+    return build_head(rows(q), rows(k), context_length=unit.context_length, bucket_size=unit.bucket_size,
+                      sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head,
+                      config=config, label=unit.label)
 
 
-def run_analyses(head: HeadData, analyses: tuple[str, ...], config: RunConfig) -> dict[str, AnalysisResult]:
-    out: dict[str, AnalysisResult] = {}
-    # PCA and rotation share one pass over the rows (the head's moments)
-    moments = stats.head_moments(head) if {"pca", "rotation"} & set(analyses) else None
-    for name in analyses:
-        if name == "pca":
-            out[name] = pca.analyse(head, config.pca, moments=moments)
-        elif name == "rotation":
-            out[name] = rotation.analyse(head, config.rotation, moments=moments)
-        elif name == "plasticity":
-            out[name] = plasticity.analyse(head, config.plasticity, seed=config.seed)
-        else:  # validated earlier; defensive
-            raise ValueError(f"unknown analysis {name!r}")
-    return out
+def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig) -> dict[str, AnalysisResult]:
+    """Run ``analyses`` (registered names or declarations) on one head.
+
+    The per-head precomputations they declare (:func:`qkwh.compute.registry.precompute`) are
+    built once and shared.
+    """
+    todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)
+    shared = registry.precompute(head, todo)
+    return {a.name: a.run(head, config.params_of(a.name), seed=config.seed, shared=shared) for a in todo}
 
 
 def run_group(task: GroupTask) -> list[HeadOutcome]:
@@ -72,12 +89,13 @@ def run_group(task: GroupTask) -> list[HeadOutcome]:
 
 def _run_group(task: GroupTask) -> list[HeadOutcome]:
     outcomes: list[HeadOutcome] = []
+    declared = {a.name: a for a in task.declarations}
     k_data = read_file(task.heads[0].k_path)
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
             head = head_data(unit, read_file(unit.q_path), k_data, task.config)
-            results = run_analyses(head, analyses, task.config)
+            results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config)
             outcomes.append(HeadOutcome(unit, results, time.perf_counter() - t0))
         except Exception as exc:  # one bad head must not sink the run; reported by the runner
             outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"))

@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import duckdb
 import numpy as np
 
 from qkwh import store
+from qkwh.compute import registry
 from qkwh.compute.work import HeadOutcome
 from qkwh.params import RunConfig
 
-ANALYSIS_TABLES: dict[str, tuple[str, ...]] = {
-    "pca": ("pca_components", "pca_heads", "pca_axes"),
-    "rotation": ("rotation_heads", "rotation_pairs", "rotation_axes"),
-    "plasticity": ("plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components"),
-}
+
+
+def __getattr__(name: str):
+    """``ANALYSIS_TABLES``: analysis -> its output tables, read from the analysis registry."""
+    if name == "ANALYSIS_TABLES":
+        return registry.analysis_tables()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 HeadAnalysis = tuple[str, int, int, str]  # (model_id, layer, q_head, analysis)
 
@@ -33,13 +37,15 @@ def _now() -> dt.datetime:
 
 
 def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids: dict[str, str],
-                   code_version: str) -> None:
-    """Insert the run_config rows of this run (once per config_id)."""
+                   code_version: str | Mapping[str, str]) -> None:
+    """Insert the run_config rows of this run (once per config_id); ``code_version`` is one
+    string or one per analysis."""
     for analysis, cid in config_ids.items():
         if con.execute("SELECT 1 FROM run_config WHERE config_id = ?", [cid]).fetchone():
             continue
+        cv = code_version if isinstance(code_version, str) else code_version[analysis]
         con.execute("INSERT INTO run_config VALUES (?, ?, ?, ?, ?)",
-                    [cid, analysis, code_version, json.dumps(config.analysis_params(analysis), sort_keys=True), _now()])
+                    [cid, analysis, cv, json.dumps(config.analysis_params(analysis), sort_keys=True), _now()])
 
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -69,7 +75,7 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         u = o.unit
         fp = u.input_fingerprint()
         for analysis, result in o.results.items():
-            expected = ANALYSIS_TABLES[analysis]
+            expected = registry.get(analysis).table_names
             unknown = set(result.tables) - set(expected)
             if unknown:
                 raise ValueError(f"{analysis} produced unknown table(s) {sorted(unknown)}")
@@ -87,7 +93,7 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
                 runs[name].append(value)
     with store.transaction(con):
         for key, analysis in stale:
-            for table in ANALYSIS_TABLES[analysis]:
+            for table in registry.get(analysis).table_names:
                 con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
                             list(key))
             con.execute("DELETE FROM head_runs WHERE model_id = ? AND layer = ? AND q_head = ? AND analysis = ?",

@@ -5,6 +5,6 @@
 SELECT {model_id} AS model_id, CAST(e AS INTEGER) AS layer, CAST(e AS INTEGER) AS head,
        CAST(e AS VARCHAR) AS kind, CAST(e AS INTEGER) AS example_id, CAST(e AS INTEGER) AS bucket,
        CAST(e AS INTEGER) AS position, CAST(e AS {vector_type}) AS vector,
-       CAST(e AS INTEGER) AS sliding_window
+       CAST(e AS INTEGER) AS sliding_window, CAST(e AS BIGINT) AS file_row_number
 FROM (SELECT error({message}) AS e) AS missing
 WHERE e IS NULL

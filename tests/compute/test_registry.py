@@ -1,0 +1,341 @@
+"""The analysis registry: one declaration per analysis, read by compute, writer, store, UDFs, CLI.
+
+* the SQL functions and the bulk path produce identical rows, every table, on a fixture whose
+  files carry a sliding window, are not sorted by (example, position), and exceed the row cap;
+* a toy analysis declared once, at run time, is computed, written, resumed after an
+  interruption, recomputed alone when its parameter changes, run in worker processes, and
+  callable from SQL;
+* declarations and parameters are checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from qkwh import store, udf
+from qkwh.analyses.types import AnalysisResult, HeadData
+from qkwh.cli import app
+from qkwh.compute import registry
+from qkwh.compute.registry import Analysis, Table
+from qkwh.compute.runner import compute
+from qkwh.config import load_run_config
+from qkwh.ingest import ingest
+from qkwh.params import RunConfig
+from qkwh.sniffed.writer import write_vectors_file
+from tests.conftest import SAMPLE
+
+N_HEADS = 12  # the embedded sample
+WINDOW = 1500  # tokens; the sample's context is 8192
+runner = CliRunner()
+
+
+def _stored(con, table: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
+    """(layer, q_head) -> the head's rows of ``table`` (head key and config_id dropped), in key order."""
+    order = ", ".join(("layer", "q_head", *key))
+    cur = con.execute(f"SELECT * FROM {table} ORDER BY {order}")
+    cols = [d[0] for d in cur.description]
+    out: dict[tuple, list[dict]] = {}
+    for r in cur.fetchall():
+        row = dict(zip(cols, r))
+        head = (row["layer"], row["q_head"])
+        for c in ("model_id", "layer", "q_head", "k_head", "config_id"):
+            row.pop(c)
+        out.setdefault(head, []).append(row)
+    return out
+
+
+def _assert_sql_equals_bulk(db: Path, config: RunConfig, analyses: tuple[str, ...]) -> None:
+    """Every row the SQL functions return equals, value for value, what compute stored."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        udf.register(con, config)
+        calls = ", ".join(f"qkwh_{a}(h) AS {a}" for a in analyses)
+        rows = con.execute(f"SELECT layer, q_head, {calls} FROM head_inputs('smollm2-135m') AS h "
+                           "ORDER BY layer, q_head").fetchall()
+        assert len(rows) == N_HEADS
+        for i, name in enumerate(analyses):
+            decl = registry.get(name)
+            stored = {t.name: _stored(con, t.name, t.key) for t in decl.tables}
+            for layer, q_head, *structs in rows:
+                got = dict(structs[i])
+                for t in decl.tables:
+                    want = stored[t.name].get((layer, q_head), [])
+                    if t.per_head:
+                        assert len(want) == 1
+                        have = [{c: got.pop(c) for c in want[0]}]
+                    else:
+                        have = sorted(got.pop(t.udf_field), key=lambda r: tuple(r[c] for c in t.key))
+                    assert len(have) == len(want) > 0, (name, t.name, layer, q_head)
+                    for h, w in zip(have, want):
+                        assert h.keys() == w.keys()
+                        for c in w:  # NaN equals NaN; everything else bit for bit
+                            same = h[c] == w[c] or (h[c] != h[c] and w[c] != w[c])
+                            assert same, (name, t.name, layer, q_head, c, h[c], w[c])
+                assert got == {}, f"{name}: fields without a table: {sorted(got)}"
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# SQL functions == bulk path on a sliding-window fixture
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def windowed(tmp_path_factory) -> Path:
+    """The sample with a sliding window in every file and every file's rows shuffled."""
+    root = tmp_path_factory.mktemp("windowed") / "smollm2-135m"
+    shutil.copytree(SAMPLE, root)
+    rng = np.random.default_rng(7)
+    for path in sorted(root.rglob("data.parquet")):
+        path.chmod(0o644)
+        t = pq.read_table(path)
+        perm = rng.permutation(t.num_rows)
+        vectors = np.stack(t.column("vector").to_numpy(zero_copy_only=False))[perm]
+        write_vectors_file(path, position=t.column("position").to_numpy()[perm],
+                           example_id=t.column("example_id").to_numpy()[perm],
+                           bucket=t.column("bucket").to_numpy()[perm], vectors=vectors, sliding_window=WINDOW)
+    db = root.parent / "wh.duckdb"
+    ingest(str(root), warehouse=db)
+    return db
+
+
+def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed: Path):
+    config = RunConfig().with_overrides({"max_tokens_per_head": "700", "plasticity.empirical": "true"})
+    report = compute(windowed, workers=1, config=config)
+    assert report.failures == [] and report.n_written == N_HEADS
+    con = duckdb.connect(str(windowed), read_only=True)
+    # the fixture is what it claims: a window on every head, rows not in (example, position)
+    # order, more rows than the cap
+    assert con.execute("SELECT DISTINCT sliding_window FROM head_inputs('smollm2-135m')").fetchall() == [(WINDOW,)]
+    t = con.execute("SELECT t, q_example FROM head_inputs('smollm2-135m') LIMIT 1").fetchone()
+    assert list(zip(t[1], t[0])) != sorted(zip(t[1], t[0])) and len(t[0]) > 700
+    assert con.execute("SELECT DISTINCT n_q FROM plasticity_heads").fetchall() == [(700,)]
+    con.close()
+    _assert_sql_equals_bulk(windowed, config, registry.names())
+
+
+def test_the_window_changes_what_plasticity_counts(windowed: Path):
+    """The window reaches the analysis: without it the eligible keys differ (a function that
+    dropped it, as the SQL path once did, would fail the test above)."""
+    from qkwh.compute.work import head_data, run_analyses
+    from qkwh.compute.runner import load_units
+    from qkwh.sniffed.reader import read_file
+
+    con = store.connect(windowed, read_only=True)
+    unit = load_units(con, None)[0]
+    con.close()
+    cfg = RunConfig()
+    head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), cfg)
+    assert head.sliding_window == WINDOW
+    with_w = run_analyses(head, ("plasticity",), cfg)["plasticity"].tables["plasticity_buckets"]
+    no_w = run_analyses(dataclasses.replace(head, sliding_window=None), ("plasticity",), cfg)
+    no_w = no_w["plasticity"].tables["plasticity_buckets"]
+    assert (with_w["n_eligible_keys"] < no_w["n_eligible_keys"]).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# a toy analysis, declared in one place at run time
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToyParams:
+    scale: float = field(default=1.0, metadata={"gt": 0})
+    side: Literal["q", "k"] = "q"
+
+
+def toy_run(head: HeadData, params: ToyParams, *, seed: int, shared) -> AnalysisResult:
+    """Per head: the scaled mean norm of one side; per bucket of that side: its row count."""
+    x = head.q if params.side == "q" else head.k
+    buckets = head.q_bucket if params.side == "q" else head.k_bucket
+    ids, counts = np.unique(buckets, return_counts=True)
+    res = AnalysisResult()
+    res.add("toy_heads", {"n_rows": np.array([len(x)]), "mean_norm": np.array([
+        params.scale * float(np.linalg.norm(x.astype(np.float64), axis=1).mean())]),
+        "side": np.array([params.side], dtype=object), "d_seen": np.array([shared["moments"].d])})
+    res.add("toy_buckets", {"bucket": ids.astype(np.int64), "n": counts.astype(np.int64)})
+    return res
+
+
+TOY = Analysis(
+    name="toy", run=toy_run, params=ToyParams, shared=("moments",),
+    tables=(Table("toy_heads", columns=(("n_rows", "BIGINT"), ("mean_norm", "DOUBLE"), ("side", "VARCHAR"),
+                                        ("d_seen", "INTEGER"))),
+            Table("toy_buckets", key=("bucket",), columns=(("bucket", "INTEGER"), ("n", "BIGINT")),
+                  field="buckets")),
+)
+
+
+@pytest.fixture
+def toy():
+    registry.register(TOY)
+    yield TOY
+    registry.unregister("toy")
+
+
+def _toy_rows(db: Path) -> dict[str, list]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return {t: con.execute(f"SELECT * EXCLUDE (config_id) FROM {t} ORDER BY ALL").fetchall()
+                for t in ("toy_heads", "toy_buckets")}
+    finally:
+        con.close()
+
+
+def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp_path: Path, monkeypatch):
+    from qkwh.compute import writer
+    from qkwh.params import ANALYSES
+
+    assert ANALYSES == ("pca", "rotation", "plasticity", "toy") and "toy_buckets" in store.COMPUTE_TABLES
+    assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
+    db = tmp_path / "wh.duckdb"
+    ingest(str(SAMPLE), warehouse=db)
+
+    # an interrupted first run keeps whole heads only ...
+    real = store.insert_columns
+    calls = {"n": 0}
+
+    def interrupting(con, table, columns):
+        calls["n"] += 1
+        if calls["n"] == 10:
+            raise KeyboardInterrupt
+        return real(con, table, columns)
+
+    monkeypatch.setattr(store, "insert_columns", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        compute(db, workers=1, analyses=("toy",))
+    monkeypatch.setattr(store, "insert_columns", real)
+    con = store.connect(db, read_only=True)
+    done = con.execute("SELECT count(*) FROM head_runs WHERE analysis = 'toy'").fetchone()[0]
+    assert 0 < done < N_HEADS
+    assert con.execute("SELECT count(DISTINCT (layer, q_head)) FROM toy_buckets").fetchone()[0] == done
+    con.close()
+
+    # ... and the next run resumes: only the missing heads are computed
+    report = compute(db, workers=1, analyses=("toy",))
+    assert report.failures == [] and report.n_written == N_HEADS - done
+    con = store.connect(db, read_only=True)
+    heads = con.execute("SELECT layer, q_head, n_rows, side, d_seen FROM toy_heads ORDER BY 1, 2").fetchall()
+    sizes = dict(((layer, h), n) for layer, h, n in con.execute("SELECT layer, q_head, n_q FROM heads").fetchall())
+    assert [(layer, h, n) for layer, h, n, _, _ in heads] == [(layer, h, sizes[(layer, h)]) for layer, h in sorted(sizes)]
+    assert {(s, d) for *_, s, d in heads} == {("q", 64)}
+    # the bucket rows add up to the head's rows; the run is recorded with its parameters
+    assert con.execute("SELECT count(*) FROM (SELECT layer, q_head, sum(n) AS n FROM toy_buckets GROUP BY ALL) b "
+                       "JOIN toy_heads USING (layer, q_head) WHERE b.n <> n_rows").fetchone()[0] == 0
+    params = con.execute("SELECT params_json FROM run_config WHERE analysis = 'toy'").fetchone()[0]
+    assert '"toy": {"scale": 1.0, "side": "q"}' in params
+    con.close()
+    first = _toy_rows(db)
+
+    # unchanged: nothing to do; the built-in analyses are unaffected by the toy
+    assert compute(db, workers=1, analyses=("toy",)).n_planned == 0
+
+    # callable from SQL, equal to what was written
+    _assert_sql_equals_bulk(db, RunConfig(), ("toy",))
+
+    # a changed toy parameter recomputes the toy, through the CLI, in worker processes
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy", "-p", "toy.scale=2", "-j", "2"])
+    assert r.exit_code == 0, r.output
+    assert f"computed {N_HEADS} head(s)" in r.output
+    second = _toy_rows(db)
+    assert second["toy_buckets"] == first["toy_buckets"]
+    np.testing.assert_allclose([r[5] for r in second["toy_heads"]], [2 * r[5] for r in first["toy_heads"]],
+                               rtol=1e-15)
+    _assert_sql_equals_bulk(db, load_run_config(params=["toy.scale=2"]), ("toy",))
+
+
+def test_toy_parameters_are_validated_and_reingest_clears_its_rows(toy, tmp_path: Path):
+    db = tmp_path / "wh.duckdb"
+    ingest(str(SAMPLE), warehouse=db)
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy", "-p", "toy.side=v"])
+    assert r.exit_code == 2 and "toy.side must be one of q, k; got 'v'" in r.stderr
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy", "-p", "toy.scale=-1"])
+    assert r.exit_code == 2 and "toy.scale must be > 0; got -1.0" in r.stderr
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy", "-p", "toy.nope=1"])
+    assert r.exit_code == 2 and "unknown parameter 'toy.nope'" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("toy:\n  scale: fast\n")
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy", "-c", str(bad)])
+    assert r.exit_code == 2 and "toy.scale must be a number; got 'fast'" in r.stderr
+    assert compute(db, workers=1, analyses=("toy",)).n_written == N_HEADS
+    # a re-ingest with another context drops every result of the model, the toy's included
+    con = store.connect(db)
+    con.execute("UPDATE models SET context_length = 4096, source_fingerprint = 'older'")
+    con.close()
+    ingest(str(SAMPLE), warehouse=db)
+    assert _toy_rows(db) == {"toy_heads": [], "toy_buckets": []}
+
+
+def test_without_the_toy_nothing_knows_it(tmp_path: Path):
+    assert "toy" not in registry.names()
+    with pytest.raises(ValueError, match="unknown run-config key 'toy'"):
+        RunConfig.from_dict({"toy": {"scale": 2.0}})
+    db = tmp_path / "wh.duckdb"
+    ingest(str(SAMPLE), warehouse=db)
+    r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy"])
+    assert r.exit_code != 0 and "unknown analysis toy; choose from pca, rotation, plasticity" in r.stderr
+
+
+def test_bad_declarations_are_refused():
+    base = dict(run=toy_run, params=ToyParams, tables=(Table("toy_heads", columns=(("x", "DOUBLE"),)),))
+    cases = [
+        (dict(base, name="Toy"), "use lower-case"),
+        (dict(base, name="toy", params=dict), "params must be a dataclass"),
+        (dict(base, name="toy", tables=()), "no output table"),
+        (dict(base, name="toy", shared=("nope",)), "unknown shared precomputation"),
+        (dict(base, name="toy", tables=(Table("t", columns=(("layer", "INTEGER"),)),)), "added by qkwh"),
+        (dict(base, name="toy", tables=(Table("head_runs", columns=(("x", "DOUBLE"),)),)), "one of qkwh's own"),
+        (dict(base, name="toy", tables=(Table("t", key=("b",), columns=(("x", "DOUBLE"),)),)), "not declared"),
+        (dict(base, name="toy", tables=(Table("t", columns=(("x", "DOUBLE); DROP TABLE models; --"),)),)),
+         "bad column declaration"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            registry.register(Analysis(**kwargs))
+    with pytest.raises(ValueError, match="belong to pca"):
+        registry.register(Analysis(name="toy", run=toy_run, params=ToyParams, tables=(Table("pca_heads"),)))
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.get("pca"))
+    assert registry.names() == ("pca", "rotation", "plasticity")
+
+
+def test_run_config_sections_follow_the_registry():
+    cfg = RunConfig()
+    assert cfg.to_dict().keys() == {"seed", "max_tokens_per_head", "pca", "rotation", "plasticity"}
+    assert cfg.plasticity is cfg.params_of("plasticity") and cfg.plasticity.cov_mode == "full"
+    with pytest.raises(AttributeError):
+        cfg.nonsense  # noqa: B018
+    # the shipped YAML has exactly the registered sections and their defaults
+    assert load_run_config() == cfg
+    for bad, message in (({"seed": "x"}, "seed must be an integer"),
+                         ({"plasticity": {"orientation": "yes"}}, "plasticity.orientation must be true or false"),
+                         ({"rotation": {"t_active": None}}, "rotation.t_active must be a number"),
+                         ({"pca": "ten"}, "section 'pca' must be a mapping")):
+        with pytest.raises(ValueError, match=message):
+            RunConfig.from_dict(bad)
+
+
+def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
+    from qkwh.errors import InputError
+    from qkwh.params import PCAParams, RotationParams
+
+    with pytest.raises(InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"):
+        compute(tmp_path / "never-opened.duckdb", config=RunConfig(max_tokens_per_head=0))
+    assert not (tmp_path / "never-opened.duckdb").exists()
+    wrong = RunConfig(params=(("pca", RotationParams()),))
+    with pytest.raises(ValueError, match="pca: parameters must be a PCAParams, not RotationParams"):
+        udf.register(duckdb.connect(), wrong)
+    odd = RunConfig(params=(("pca", PCAParams(sign_threshold="high")),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pca.sign_threshold must be a number"):
+        odd.validate()
