@@ -628,9 +628,9 @@ def build(
     """Run `dbt build` on the warehouse (marts and all their tests).
 
     Seeds, staging, intermediate and mart models, every dbt test and unit test.  Reports clearly
-    when another process holds the warehouse.
+    when another process holds the warehouse.  Ctrl-C stops it with one line and exit code 130
+    (dbt's own messages stay in its log file).
     """
-    from qkwh import store
     from qkwh.build import build as run
 
     result = run(_existing_warehouse(warehouse), select=select,
@@ -642,7 +642,6 @@ def build(
 @_friendly
 def docs(warehouse: WarehouseOpt = None) -> None:
     """Generate the dbt documentation site (models, columns, tests, lineage) and print its path."""
-    from qkwh import store
     from qkwh.build import docs_generate
 
     path = docs_generate(_existing_warehouse(warehouse))
@@ -660,7 +659,6 @@ def export(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Write tables or marts to parquet/CSV files (one file per name)."""
-    from qkwh import store
     from qkwh.errors import InputError
     from qkwh.export import export as run
     from qkwh.export import export_legacy
@@ -743,7 +741,6 @@ def report(
     per figure.  Figures without data are left out with a note.  The output folder must be new,
     empty or an earlier qkwh report (which is replaced, and said so); any other folder is refused.
     """
-    from qkwh import store
     from qkwh.reports.render import render
 
     from qkwh.demo import check_report_dir
