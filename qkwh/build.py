@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
+from qkwh.errors import Interrupted, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR
 
 log = logging.getLogger("qkwh.build")
@@ -233,9 +233,12 @@ def _run_dbt(
         "--no-version-check",
     ]
     messages: list[str] = []
+    interrupted = threading.Event()
 
     def on_event(event: Any) -> None:
         info = event.info
+        if interrupted.is_set():  # after Ctrl-C: dbt's cancel messages and traceback stay in its log file
+            return
         if info.level in ("info", "warn", "error") and info.msg.strip():
             messages.append(info.msg)
             if log_sink is not None:
@@ -252,10 +255,14 @@ def _run_dbt(
         }
     ):
         try:
-            res = dbtRunner(callbacks=[on_event]).invoke(args)
+            with _noting_sigint(interrupted):
+                res = dbtRunner(callbacks=[on_event]).invoke(args)
         finally:
             _release_duckdb()
     seconds = time.perf_counter() - t0
+    if interrupted.is_set() or isinstance(res.exception, KeyboardInterrupt):
+        raise Interrupted(f"dbt {command} interrupted: marts built so far are kept, the others are as "
+                          f"before; run it again to finish (log: {log_path / 'dbt.log'})")
 
     nodes = _node_results(res.result)
     result = BuildResult(
@@ -274,6 +281,27 @@ def _run_dbt(
     if res.exception is not None and not nodes:
         raise QkwhError(f"dbt {command} could not run: {_one_line(str(res.exception))} (log: {log_path / 'dbt.log'})")
     return result
+
+
+@contextlib.contextmanager
+def _noting_sigint(flag: threading.Event) -> Iterator[None]:
+    """Set ``flag`` when Ctrl-C arrives (then raise KeyboardInterrupt as usual), so the event
+    callback stops echoing dbt's cancel messages and traceback.  Main thread only (signal rule)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        flag.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}

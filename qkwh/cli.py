@@ -25,6 +25,24 @@ app = typer.Typer(
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
+def _print_version(value: bool) -> None:
+    if value:
+        from qkwh import __version__
+
+        typer.echo(f"qkwh {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    pass
+
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a terminal).")]
+
 WarehouseOpt = Annotated[
     Optional[Path],
     typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory)."),
@@ -48,6 +66,37 @@ def _friendly(fn):
     return wrapper
 
 
+def _existing_warehouse(warehouse: Optional[Path]) -> Path:
+    """The resolved warehouse file; NotFoundError (exit 4) when it does not exist, so commands
+    that need data never create an empty one."""
+    from qkwh import store
+    from qkwh.errors import NotFoundError
+
+    wh = store.resolve_warehouse(warehouse)
+    if not wh.is_file():
+        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
+                            "(or set $QKWH_WAREHOUSE)")
+    return wh
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
+
+
+def _confirm(what: str, yes: bool) -> None:
+    """Say what will be deleted, then go on with --yes, ask on a terminal, refuse otherwise
+    (exit 2 without --yes when stdin is not a terminal, exit 1 when the answer is no)."""
+    from qkwh.errors import InputError
+
+    err.print(what, highlight=False, soft_wrap=True)
+    if yes:
+        return
+    if not _interactive():
+        raise InputError("not confirmed: pass --yes to delete this (stdin is not a terminal); nothing was deleted")
+    if not typer.confirm("delete it?", default=False, err=True):
+        raise QkwhError("cancelled; nothing was deleted")
+
+
 # ---------------------------------------------------------------------------------------------
 # ingest / catalog
 # ---------------------------------------------------------------------------------------------
@@ -63,14 +112,17 @@ def ingest(
     cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
     family: Annotated[Optional[str], typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).")] = None,
     label: Annotated[Optional[str], typer.Option("--label", help="Display name of the model in reports and marts (default: the model id; one source only).")] = None,
+    yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Validate sniffed datasets and register them in the warehouse.
 
     Reads every l{LL}h{HH}{q|k}/data.parquet, checks it (docs/input-format.md), and replaces the model's
     catalog (models, files, heads, ingest_findings, the vectors view) in one transaction.
-    Ingesting the same source twice changes nothing.  With several sources (or --all-branches)
-    each is ingested on its own: a failing one is reported and the others go on.
+    Ingesting the same source twice changes nothing.  Re-ingesting a changed source deletes the
+    computed results of the heads whose files changed: it says what, and asks (or needs --yes
+    when stdin is not a terminal).  With several sources (or --all-branches) each is ingested on
+    its own: a failing one is reported and the others go on.
     """
     from qkwh.errors import InputError
 
@@ -78,14 +130,16 @@ def ingest(
         from qkwh.ingest import ingest as run
 
         report = run(sources[0], warehouse=warehouse, model_id=model_id, cache_dir=cache_dir, remote=remote,
-                     family=family, label=label, on_progress=lambda m: err.print(m, style="dim"))
+                     family=family, label=label, on_progress=lambda m: err.print(m, style="dim"),
+                     confirm=lambda what: _confirm(what, yes))
         _print_ingest(report)
         return
     if model_id is not None:
         raise InputError("--model-id names one model: give one source (branches take their ids from the registry)")
     if family is not None or label is not None:
         raise InputError("--family / --label describe one model: give one source")
-    _ingest_many(sources, all_branches=all_branches, remote=remote, cache_dir=cache_dir, warehouse=warehouse)
+    _ingest_many(sources, all_branches=all_branches, remote=remote, cache_dir=cache_dir, warehouse=warehouse,
+                 confirm=lambda what: _confirm(what, yes))
 
 
 def _print_ingest(report) -> None:
@@ -135,9 +189,12 @@ def models(warehouse: WarehouseOpt = None) -> None:
     """List the models in the warehouse with their files, heads and computed heads."""
     from qkwh import store
 
-    con = store.connect(warehouse, read_only=True)
-    rows = con.execute(store.load_sql("models_overview")).fetchall()
-    cols = [d[0] for d in con.description]
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
+    try:
+        rows = con.execute(store.load_sql("models_overview")).fetchall()
+        cols = [d[0] for d in con.description]
+    finally:
+        con.close()
     table = Table(*cols, title=str(store.resolve_warehouse(warehouse)))
     for r in rows:
         table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r])
@@ -155,9 +212,16 @@ def findings(
 ) -> None:
     """Show the data-quality findings stored at ingest (warnings by default)."""
     from qkwh import store
+    from qkwh.errors import NotFoundError
 
-    con = store.connect(warehouse, read_only=True)
-    rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
+    try:
+        known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+        rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+    finally:
+        con.close()  # closed before any error: a traceback must not keep the file open
+    if model_id is not None and model_id not in known:
+        raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
     table = Table("model_id", "severity", "check", "file", "detail")
     for r in rows:
         table.add_row(*[str(v) if v is not None else "" for v in r])
@@ -168,12 +232,21 @@ def findings(
 @_friendly
 def remove(
     model_id: Annotated[str, typer.Argument(help="The model to remove.")],
+    yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Remove a model and everything derived from it, in one transaction."""
+    """Remove a model and everything derived from it, in one transaction.
+
+    Says what it will delete (rows per table, computed heads) and asks; when stdin is not a
+    terminal it needs --yes, and without it exits 2 having deleted nothing.
+    """
     from qkwh.ingest import remove as run
 
-    counts = run(model_id, warehouse=warehouse)
+    def confirm(plan) -> None:
+        lines = [plan.summary() + ":"] + [f"  {t}: {n:,}" for t, n in plan.rows.items()]
+        _confirm("\n".join(lines), yes)
+
+    counts = run(model_id, warehouse=_existing_warehouse(warehouse), confirm=confirm)
     n = sum(counts.values())
     out.print(f"removed {model_id}: {n:,} rows from {sum(1 for v in counts.values() if v)} tables")
 
@@ -182,19 +255,109 @@ def remove(
 @_friendly
 def sql(
     query: Annotated[str, typer.Argument(help="A SQL query (the warehouse is opened read-only).")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table (for reading), csv or json (every row and column, for other tools).")] = "table",
+    max_rows: Annotated[int, typer.Option("--max-rows", "-n", help="With --format table: rows shown (0 = all). csv and json always hold every row.")] = 40,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run a read-only SQL query against the warehouse and print the result."""
-    from qkwh import store
+    """Run a read-only SQL query against the warehouse and print the result.
 
-    con = store.connect(warehouse, read_only=True)
+    The table says how many rows and columns it leaves out and how to see them all; csv and
+    json print the whole result.
+    """
+    from qkwh import store
+    from qkwh.errors import InputError, MissingFilesError
+
+    if fmt not in ("table", "csv", "json"):
+        raise InputError(f"--format must be table, csv or json, not {fmt!r}")
+    if max_rows < 0:
+        raise InputError(f"--max-rows must be 0 (all) or a positive number, not {max_rows}")
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         rel = con.sql(query)
+        if rel is None:
+            return
+        columns = list(rel.columns)
+        reader = rel.to_arrow_reader(10_000)
+        if fmt == "csv":
+            _write_csv(columns, reader)
+        elif fmt == "json":
+            _write_json(columns, reader)
+        else:
+            _print_table(columns, reader, max_rows)
     except Exception as exc:  # duckdb errors: one line
-        raise QkwhError(str(exc).splitlines()[0]) from None
-    if rel is None:
-        return
-    out.print(rel)
+        if isinstance(exc, QkwhError):
+            raise
+        line = str(exc).splitlines()[0]
+        if "the vectors of model" in line:  # a model's files are missing (the vectors views)
+            raise MissingFilesError(line.split(": ", 1)[-1]) from None
+        raise QkwhError(line) from None
+    finally:
+        con.close()
+
+
+def _batches(reader):
+    for batch in reader:
+        yield from zip(*(col.to_pylist() for col in batch.columns))
+
+
+def _write_csv(columns: list[str], reader) -> None:
+    import csv
+
+    w = csv.writer(sys.stdout, lineterminator="\n")
+    w.writerow(columns)
+    for row in _batches(reader):
+        w.writerow(row)
+
+
+def _write_json(columns: list[str], reader) -> None:
+    """A JSON array of objects; NaN and infinities become null (JSON has no such numbers)."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        return v
+
+    sys.stdout.write("[")
+    for i, row in enumerate(_batches(reader)):
+        sys.stdout.write(("," if i else "") + "\n" + json.dumps(dict(zip(columns, map(clean, row))), default=str))
+    sys.stdout.write("\n]\n")
+
+
+def _print_table(columns: list[str], reader, max_rows: int) -> None:
+    """At most ``max_rows`` rows (0: all) and the columns that fit the terminal, then one line
+    saying what was left out and how to see it."""
+    width = out.width or 160
+    max_cols = max(1, width // 12)
+    shown_cols = columns[:max_cols]
+    rows: list[tuple] = []
+    total = 0
+    for row in _batches(reader):
+        total += 1
+        if not max_rows or len(rows) < max_rows:
+            rows.append(row[:len(shown_cols)])
+    table = Table(*shown_cols)
+    for col in table.columns:
+        col.overflow = "ellipsis"
+        col.no_wrap = True
+        col.max_width = 40
+    for row in rows:
+        table.add_row(*["NULL" if v is None else str(v) for v in row])
+    out.print(table)
+    cut = []
+    if len(rows) < total:
+        cut.append(f"{len(rows):,} of {total:,} rows (--max-rows 0 shows all)")
+    if len(shown_cols) < len(columns):
+        cut.append(f"{len(shown_cols)} of {len(columns)} columns (left out: {', '.join(columns[len(shown_cols):])})")
+    if cut:
+        out.print(f"showing {' and '.join(cut)}; --format csv or json prints every row and column", highlight=False)
+    else:
+        out.print(f"{total:,} row(s)", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,13 +388,18 @@ def compute(
 
     Heads sharing a k file are written in one transaction (never part of a head); heads whose
     inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
-    parameter is recorded in run_config.  The executor never changes the results.
+    parameter is recorded in run_config.  The executor never changes the results.  A model whose
+    key files are missing (its folder moved) is left out with an error naming the fix (exit 4)
+    and the others are computed; --force says how many computed heads it replaces.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from qkwh.compute.runner import compute as run
     from qkwh.config import load_execution, load_run_config
 
+    from qkwh import store
+
+    wh = _existing_warehouse(warehouse)
     cfg = load_run_config(config, param)
     execution = load_execution(config)
     kind = executor or execution["executor"] or "pool"
@@ -240,6 +408,9 @@ def compute(
 
         raise InputError(f"--executor must be pool or ray, not {kind!r}")
     names = tuple(_split([analyses]) or []) if analyses is not None else None
+    scope, gone = _models_with_files(wh, _split(model))
+    if force:
+        _say_force(wh, scope, names)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
                   transient=False) as progress:
@@ -255,7 +426,7 @@ def compute(
             if task.elapsed:
                 progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
 
-        report = run(warehouse, models=_split(model), analyses=names, config=cfg, workers=workers,
+        report = run(wh, models=scope, analyses=names, config=cfg, workers=workers,
                      executor=kind, ray_address=ray_address or execution["ray_address"],
                      force=force, on_start=on_start, on_head=on_head)
     out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
@@ -263,7 +434,62 @@ def compute(
     if report.failures:
         for label, error in report.failures[:10]:
             err.print(f"[red]failed[/] {label}: {error}", highlight=False)
+        con = store.connect(wh, read_only=True)
+        try:
+            missing = store.missing_vector_files(con, scope)
+        finally:
+            con.close()
+        for model_id, what in sorted(missing.items()):
+            err.print(store.missing_files_message(model_id, *what), highlight=False, soft_wrap=True)
+    if gone:
+        raise gone
+    if report.failures:
         raise QkwhError(f"{len(report.failures)} head(s) failed; the others were written")
+
+
+def _models_with_files(wh: Path, models: list[str] | None):
+    """(models to compute, MissingFilesError or None).  A model with a missing key file (its
+    folder moved or deleted, say) is left out: a key file is shared by several heads, and the
+    others go on; the error names it and the fix.  A missing query file fails its head only."""
+    from qkwh import store
+    from qkwh.errors import MissingFilesError
+
+    con = store.connect(wh, read_only=True)
+    try:
+        missing_k = store.missing_vector_files(con, models, kind="k")
+        if not missing_k:
+            return models, None
+        missing = store.missing_vector_files(con, sorted(missing_k))
+        known = [m for (m,) in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+    for model_id in sorted(missing):
+        err.print(store.missing_files_message(model_id, *missing[model_id]), highlight=False, soft_wrap=True)
+    names = sorted(missing)
+    error = MissingFilesError(
+        f"{len(names)} model(s) left out because their files are missing: {', '.join(names)} (fix listed above)"
+        if len(names) > 1 else store.missing_files_message(names[0], *missing[names[0]]))
+    scope = [m for m in (models or known) if m not in missing]
+    if not scope:
+        raise error
+    return scope, error
+
+def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | None) -> None:
+    """--force recomputes heads already computed with these parameters: say how many rows it
+    replaces (the same inputs and parameters give the same numbers, so it does not ask)."""
+    from qkwh import store
+
+    con = store.connect(wh, read_only=True)
+    try:
+        n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "
+                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND ($2 IS NULL OR list_contains($2, analysis)))",
+                        [models or None, list(analyses) if analyses else None]).fetchone()[0]
+    finally:
+        con.close()
+    if n:
+        which = f" ({', '.join(analyses)})" if analyses else ""
+        err.print(f"--force: the stored results of {n} computed head(s){which} are recomputed "
+                  "and replaced as each head is written", highlight=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,12 +628,12 @@ def build(
     """Run `dbt build` on the warehouse (marts and all their tests).
 
     Seeds, staging, intermediate and mart models, every dbt test and unit test.  Reports clearly
-    when another process holds the warehouse.
+    when another process holds the warehouse.  Ctrl-C stops it with one line and exit code 130
+    (dbt's own messages stay in its log file).
     """
-    from qkwh import store
     from qkwh.build import build as run
 
-    result = run(store.resolve_warehouse(warehouse), select=select,
+    result = run(_existing_warehouse(warehouse), select=select,
                  log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
     out.print(result.summary)
 
@@ -416,10 +642,9 @@ def build(
 @_friendly
 def docs(warehouse: WarehouseOpt = None) -> None:
     """Generate the dbt documentation site (models, columns, tests, lineage) and print its path."""
-    from qkwh import store
     from qkwh.build import docs_generate
 
-    path = docs_generate(store.resolve_warehouse(warehouse))
+    path = docs_generate(_existing_warehouse(warehouse))
     out.print(f"dbt docs: {path} (open it in a browser)")
 
 
@@ -434,7 +659,6 @@ def export(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Write tables or marts to parquet/CSV files (one file per name)."""
-    from qkwh import store
     from qkwh.errors import InputError
     from qkwh.export import export as run
     from qkwh.export import export_legacy
@@ -443,7 +667,7 @@ def export(
         raise InputError(f"--format must be parquet or csv, not {fmt!r}")
     if not names and not legacy:
         raise InputError("name at least one table or mart, or pass --legacy")
-    wh = store.resolve_warehouse(warehouse)
+    wh = _existing_warehouse(warehouse)
     written = list(run(wh, list(names), fmt, out_dir)) if names else []
     if legacy:
         written += export_legacy(wh, out_dir, model)
@@ -474,7 +698,7 @@ def compare(
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(f"--format must be table, csv or json, not {fmt!r}")
-    rows = run(warehouse, model_a, model_b, _split(metric))
+    rows = run(_existing_warehouse(warehouse), model_a, model_b, _split(metric))
     if fmt == "csv":
         sys.stdout.write(to_csv(rows))
         return
@@ -514,12 +738,19 @@ def report(
     """Render the figures into an offline HTML report plus PNG/SVG.
 
     Every figure is drawn from the marts into one self-contained index.html, with a PNG and an SVG
-    per figure.  Figures without data are left out with a note.
+    per figure.  Figures without data are left out with a note.  The output folder must be new,
+    empty or an earlier qkwh report (which is replaced, and said so); any other folder is refused.
     """
-    from qkwh import store
     from qkwh.reports.render import render
 
-    result = render(store.resolve_warehouse(warehouse), out=out_dir, models=_split(models))
+    from qkwh.demo import check_report_dir
+    from qkwh.reports.render import DEFAULT_OUT
+
+    wh = _existing_warehouse(warehouse)
+    target = Path(out_dir).expanduser().resolve() if out_dir else DEFAULT_OUT
+    if check_report_dir(target):
+        err.print(f"replacing the earlier report in {target}", highlight=False)
+    result = render(wh, out=target, models=_split(models))
     out.print(result.summary(), highlight=False)
     for skipped in result.skipped:
         out.print(f"  left out {skipped.id}: {skipped.reason}", highlight=False, style="red" if skipped.failed else None)

@@ -44,12 +44,14 @@ def prepare(warehouse: str | Path | None = None, out: str | Path | None = None) 
     """
     wh = Path(warehouse or DEMO_WAREHOUSE).expanduser().resolve()
     report_dir = Path(out or DEMO_REPORT).expanduser().resolve()
-    replaces = _check_report_dir(report_dir)
+    replaces = check_report_dir(report_dir)
     others, refreshes = _check_warehouse(wh) if wh.exists() else ((), False)
     return DemoPlan(wh, report_dir, others, refreshes, replaces)
 
 
-def _check_report_dir(report_dir: Path) -> bool:
+def check_report_dir(report_dir: Path) -> bool:
+    """True when ``report_dir`` holds an earlier qkwh report (to be replaced), False when it is
+    new or empty; :class:`InputError` when it is a file or a non-empty folder of something else."""
     if not report_dir.exists():
         return False
     if not report_dir.is_dir():
@@ -59,7 +61,7 @@ def _check_report_dir(report_dir: Path) -> bool:
     if (report_dir / REPORT_INDEX).is_file():
         return True
     raise InputError(f"{report_dir} is not empty and holds no qkwh report ({REPORT_INDEX} missing); "
-                     "the demo does not write there: pass --out with another folder")
+                     "qkwh does not write there: pass --out with another folder")
 
 
 def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:

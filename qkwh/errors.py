@@ -26,3 +26,14 @@ class NotFoundError(QkwhError):
     """A model, table or file asked for does not exist."""
 
     exit_code = 4
+
+
+class MissingFilesError(NotFoundError):
+    """A model's cataloged parquet files are gone (moved or deleted): the message names the model,
+    a missing file and the fix (re-ingest from the new place, or ``qkwh remove``)."""
+
+
+class Interrupted(QkwhError):
+    """The user pressed Ctrl-C (exit 130, the shell's code for SIGINT)."""
+
+    exit_code = 130

@@ -232,8 +232,14 @@ def ingest(
     remote: bool = False,
     family: str | None = None,
     label: str | None = None,
+    confirm: Callable[[str], None] | None = None,
 ) -> IngestReport:
     """Validate ``source`` and (re)place its model's catalog in the warehouse.
+
+    Re-ingesting a changed source deletes the computed results of the heads whose files changed
+    (all of the model's results when its context length or bucket size changed).  ``confirm``,
+    when given, is called first with one line saying what will be deleted; it raises to refuse,
+    and then nothing is written.
 
     ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
     ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
@@ -279,7 +285,7 @@ def ingest(
         findings += _metadata_findings(meta, stats)
         fp = source_fingerprint(stats, facts)
         return _write(con, source=source, origin=origin, layout=layout, meta=meta, stats=stats,
-                      facts=facts, findings=findings, fingerprint=fp)
+                      facts=facts, findings=findings, fingerprint=fp, confirm=confirm)
     finally:
         con.close()
 
@@ -346,6 +352,7 @@ def ingest_many(
     on_source: Callable[[str], None] | None = None,
     on_done: Callable[[BranchOutcome], None] | None = None,
     on_progress: Callable[[str], None] | None = None,
+    confirm: Callable[[str], None] | None = None,
 ) -> list[BranchOutcome]:
     """Ingest several sources (or every branch of Hub datasets), each in its own transaction.
 
@@ -371,7 +378,7 @@ def ingest_many(
                     con.close()
             if not outcome.skipped:
                 outcome.report = ingest(source, warehouse=warehouse, cache_dir=cache_dir, registry=registry,
-                                        on_progress=on_progress, remote=remote)
+                                        on_progress=on_progress, remote=remote, confirm=confirm)
         except QkwhError as exc:
             outcome.error = exc
         outcomes.append(outcome)
@@ -399,13 +406,14 @@ def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Fi
 
 
 def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stats, facts: ModelFacts,
-           findings, fingerprint) -> IngestReport:
+           findings, fingerprint, confirm: Callable[[str], None] | None = None) -> IngestReport:
     heads = _heads(stats, facts.gqa_ratio)
     report = IngestReport(
         model_id=facts.model_id, status="ingested", root=layout.root, n_files=len(stats),
         n_rows=sum(s.rows for s in stats), n_heads=len(heads["q_head"]),
         n_heads_with_k=int(sum(heads["has_k_file"])), findings=findings)
-    old = con.execute("SELECT source_fingerprint FROM models WHERE model_id = ?", [facts.model_id]).fetchone()
+    found = con.execute("SELECT source_fingerprint FROM models WHERE model_id = ?", [facts.model_id]).fetchall()
+    old = found[0] if found else None  # fetchall: DuckDB refuses register() while a result is pending
     if old is not None and old[0] == fingerprint:
         report.status = "unchanged"
         return report
@@ -442,16 +450,25 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     import pyarrow as pa
 
     new_files = pa.table({k: files_cols[k] for k in ("layer", "head", "kind", "fingerprint")})
+    drop_all, stale = False, []
+    if old is not None:
+        con.register("new_files", new_files)
+        try:
+            stale = con.execute(store.load_sql("stale_heads"), [facts.model_id]).fetchall()
+        finally:
+            con.unregister("new_files")
+        old_ctx = con.execute("SELECT context_length, bucket_size FROM models WHERE model_id = ?",
+                              [facts.model_id]).fetchall()[0]
+        drop_all = tuple(old_ctx) != (facts.context_length, facts.bucket_size)
+        if confirm is not None:
+            what = _results_to_drop(con, facts.model_id, None if drop_all else stale)
+            if what:
+                reason = ("its context length or bucket size changed" if drop_all
+                          else f"the files of {len(stale)} head(s) changed or are gone")
+                confirm(f"re-ingesting {facts.model_id} drops computed results ({reason}): {what}")
     with store.transaction(con):
         if old is not None:
-            con.register("new_files", new_files)
-            try:
-                stale = con.execute(store.load_sql("stale_heads"), [facts.model_id]).fetchall()
-            finally:
-                con.unregister("new_files")
-            old_ctx = con.execute("SELECT context_length, bucket_size FROM models WHERE model_id = ?",
-                                  [facts.model_id]).fetchone()
-            if tuple(old_ctx) != (facts.context_length, facts.bucket_size):
+            if drop_all:
                 store.delete_model(con, facts.model_id, tables=[*store.COMPUTE_TABLES, "current_config"])
             else:
                 for layer, q_head in stale:
@@ -473,6 +490,29 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     return report
 
 
+def _results_to_drop(con: duckdb.DuckDBPyConnection, model_id: str,
+                     heads: list[tuple[int, int]] | None) -> str:
+    """What deleting the computed results of ``heads`` (None: all the model's heads) removes, in
+    one line ("N head(s) computed; rows: table n, ..."), or "" when nothing is computed there."""
+    import pyarrow as pa
+
+    con.register("_qkwh_drop_heads", pa.table({"layer": pa.array([h[0] for h in heads or []], pa.int64()),
+                                               "q_head": pa.array([h[1] for h in heads or []], pa.int64())}))
+    try:
+        scope = "" if heads is None else (" AND EXISTS (SELECT 1 FROM _qkwh_drop_heads AS d "
+                                          "WHERE d.layer = t.layer AND d.q_head = t.q_head)")
+        counts = {name: con.execute(f"SELECT count(*) FROM {store.quote_ident(name)} AS t WHERE model_id = ?{scope}",
+                                    [model_id]).fetchall()[0][0] for name in store.COMPUTE_TABLES}
+        n_heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs AS t "
+                              f"WHERE model_id = ?{scope})", [model_id]).fetchall()[0][0]
+    finally:
+        con.unregister("_qkwh_drop_heads")
+    if not sum(counts.values()):
+        return ""
+    rows = ", ".join(f"{t} {n:,}" for t, n in counts.items() if n)
+    return f"{n_heads} computed head(s); rows: {rows}"
+
+
 def _heads(stats: list[FileStats], ratio: int) -> dict[str, list]:
     by_key = {(s.file.layer, s.file.head, s.file.kind): s for s in stats}
     out: dict[str, list] = {"layer": [], "q_head": [], "k_head": [], "has_k_file": [], "n_q": [], "n_k": []}
@@ -488,8 +528,26 @@ def _heads(stats: list[FileStats], ratio: int) -> dict[str, list]:
     return out
 
 
-def remove(model_id: str, *, warehouse: str | Path | None = None) -> dict[str, int]:
-    """Remove a model and everything derived from it (every table with a model_id column)."""
+@dataclass(frozen=True)
+class RemovalPlan:
+    """What ``remove`` deletes: rows per table (tables with rows only) and computed heads."""
+
+    model_id: str
+    rows: dict[str, int]
+    heads_computed: int
+
+    def summary(self) -> str:
+        return (f"removing {self.model_id} deletes {sum(self.rows.values()):,} rows from {len(self.rows)} "
+                f"table(s), {self.heads_computed} computed head(s) among them")
+
+
+def remove(model_id: str, *, warehouse: str | Path | None = None,
+           confirm: Callable[[RemovalPlan], None] | None = None) -> dict[str, int]:
+    """Remove a model and everything derived from it (every table with a model_id column).
+
+    ``confirm``, when given, is called with the :class:`RemovalPlan` before anything is deleted;
+    it raises to refuse, and then nothing is deleted.
+    """
     from qkwh.errors import NotFoundError
 
     con = store.connect(warehouse)
@@ -503,10 +561,15 @@ def remove(model_id: str, *, warehouse: str | Path | None = None) -> dict[str, i
 
         seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
         tables = [t for t in store.tables_with_column(con, "model_id") if t not in seeds]
+        if confirm is not None:
+            rows = {t: con.execute(f"SELECT count(*) FROM {store.quote_ident(t)} WHERE model_id = ?",
+                                   [model_id]).fetchone()[0] for t in tables}
+            heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs "
+                                "WHERE model_id = ?)", [model_id]).fetchone()[0]
+            confirm(RemovalPlan(model_id, {t: n for t, n in rows.items() if n}, heads))
         with store.transaction(con):
             counts = store.delete_model(con, model_id, tables=tables)
             store.rebuild_vectors_view(con)
         return counts
     finally:
         con.close()
-

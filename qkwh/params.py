@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,7 +33,7 @@ class PCAParams:
     """Combined Q/K PCA (docs/metrics/pca.md).  The taxonomy thresholds belong to the dbt project."""
 
     n_components: int = field(default=10, metadata={"gt": 0})  # PCA components kept
-    sign_threshold: float = 0.05  # |r_q| below this -> the component's sign is anchored on r_k
+    sign_threshold: float = field(default=0.05, metadata={"ge": 0, "le": 1})  # |r_q| below this -> the component's sign is anchored on r_k
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,8 @@ class RotationParams:
 
     b_mode: BMode = "eig"  # which b the b-metrics use; both axes are always stored
     pairing: Pairing = "independent"  # how delta = q - k is paired
-    t_active: float = 0.3  # threshold on angle_r_circ_pm for an "active" complement pair
-    max_pairs: int = 30  # complement SVD pairs
+    t_active: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # threshold on angle_r_circ_pm (in [0, 1]) for an "active" complement pair
+    max_pairs: int = field(default=30, metadata={"gt": 0})  # complement SVD pairs
     omega_grid: int = field(default=512, metadata={"gt": 0})  # log-spaced omega grid size
 
 
@@ -54,10 +55,10 @@ class PlasticityParams:
     cov_mode: CovMode = "full"
     eligibility: Eligibility = "position"
     pairs: PairsMode = "sampled"
-    normality_max_dims: int = 64
-    p_alpha: float = 0.01
-    eps: float = 1e-12  # ridge added to per-bucket covariances
-    var_floor: float = 1e-12  # floor for the pair variance v
+    normality_max_dims: int = field(default=64, metadata={"gt": 0})  # dimensions the normality tests look at
+    p_alpha: float = field(default=0.01, metadata={"gt": 0, "lt": 1})  # significance level of those tests
+    eps: float = field(default=1e-12, metadata={"ge": 0})  # ridge added to per-bucket covariances
+    var_floor: float = field(default=1e-12, metadata={"ge": 0})  # floor for the pair variance v
     orientation: bool = True  # orient the key-mean sign before counting
     empirical: bool = False  # also count with the bucket's real queries (same pairs)
 
@@ -78,7 +79,7 @@ class RunConfig:
     registered after the config was built gets its default parameters.
     """
 
-    seed: int = 0  # base seed; a head's pair sampler uses pair_seed(seed, layer, q_head)
+    seed: int = field(default=0, metadata={"ge": 0})  # base seed; a head's pair sampler uses pair_seed(seed, layer, q_head)
     max_tokens_per_head: int = field(default=50_000, metadata={"gt": 0})  # cap on Q rows and on K rows
     params: tuple[tuple[str, Any], ...] = field(
         default_factory=lambda: tuple(_registry().default_params().items()))
@@ -209,6 +210,8 @@ def _check_field(name: str, value: Any, f: dataclasses.Field, hint: Any) -> None
         raise ValueError(f"{name} must be {kind}; got {value!r}")
     if hint is float and (not isinstance(value, (int, float)) or isinstance(value, bool)):
         raise ValueError(f"{name} must be a number; got {value!r}")
+    if hint is float and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}")
     if hint is str and not isinstance(value, str):
         raise ValueError(f"{name} must be a string; got {value!r}")
     if hint is int and bounds == {"gt": 0} and value <= 0:
@@ -218,6 +221,11 @@ def _check_field(name: str, value: Any, f: dataclasses.Field, hint: Any) -> None
     for key, bound in bounds.items():
         ok, sign = ops[key]
         if not ok(value, bound):
+            low = [k for k in ("gt", "ge") if k in bounds]
+            high = [k for k in ("lt", "le") if k in bounds]
+            if low and high:  # both ends: name the interval, e.g. [0, 1] or (0, 1)
+                raise ValueError(f"{name} must be in {'(' if low[0] == 'gt' else '['}{bounds[low[0]]:g}, "
+                                 f"{bounds[high[0]]:g}{')' if high[0] == 'lt' else ']'}; got {value!r}")
             raise ValueError(f"{name} must be {sign} {bound}; got {value!r}")
 
 

@@ -46,6 +46,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
         con.execute(SCHEMA_SQL.read_text())
         create_analysis_tables(con)
     _register_remote(con)
+    refresh_vectors_view(con, read_only=read_only)
     return con
 
 
@@ -182,31 +183,142 @@ def _as_arrow(values: object):
     return pa.array(values)
 
 
-def rebuild_vectors_view(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create the ``vectors`` view over every cataloged file, reading parquet in place.
+VECTORS_VIEW_PREFIX = "vectors_"  # one view per model: vectors_<model_id>
+_PRESENT = "qkwh vectors: files present"
 
+
+def vectors_view_name(model_id: str) -> str:
+    """The per-model view of ``model_id``'s vectors (``vectors_<model_id>``, quote it in SQL)."""
+    return VECTORS_VIEW_PREFIX + model_id
+
+
+def missing_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None,
+                         kind: str | None = None) -> dict[str, tuple[int, int, str]]:
+    """``model_id -> (files missing, files cataloged, first missing path)`` for the models (default:
+    all) with a cataloged local file (of ``kind`` 'q' or 'k', default both) that no longer exists.
+    ``hf://`` files are never checked (that would be a network call on every connection)."""
+    rows = con.execute("SELECT model_id, path FROM files WHERE ($1 IS NULL OR list_contains($1, model_id)) "
+                       "AND ($2 IS NULL OR kind = $2) ORDER BY model_id, path", [models or None, kind]).fetchall()
+    total: dict[str, int] = {}
+    gone: dict[str, list[str]] = {}
+    for model_id, path in rows:
+        total[model_id] = total.get(model_id, 0) + 1
+        if not path.startswith("hf://") and not os.path.exists(path):
+            gone.setdefault(model_id, []).append(path)
+    return {m: (len(paths), total[m], paths[0]) for m, paths in gone.items()}
+
+
+def missing_files_message(model_id: str, n_missing: int, n_files: int, example: str) -> str:
+    """One line naming the model, a missing file and the two fixes."""
+    return (f"the vectors of model {model_id!r} are unavailable: {n_missing} of {n_files} cataloged files "
+            f"are missing (e.g. {example}); re-ingest it from its new place (`qkwh ingest NEW_FOLDER "
+            f"--model-id {model_id}`) or drop it (`qkwh remove {model_id}`)")
+
+
+def check_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -> None:
+    """Raise :class:`~qkwh.errors.MissingFilesError` naming the first model (of ``models``,
+    default all) whose local files are missing."""
+    from qkwh.errors import MissingFilesError
+
+    missing = missing_vector_files(con, models)
+    if missing:
+        model_id = sorted(missing)[0]
+        raise MissingFilesError(missing_files_message(model_id, *missing[model_id]))
+
+
+def _vectors_state(missing: tuple[int, int, str] | None) -> str:
+    if missing is None:
+        return _PRESENT
+    n_missing, n_files, example = missing
+    return f"qkwh vectors: {n_missing} of {n_files} files missing, e.g. {example}"
+
+
+def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = False,
+                         missing: dict[str, tuple[int, int, str]] | None = None) -> None:
+    """(Re)create the per-model views ``vectors_<model_id>`` and the ``vectors`` view over them,
+    reading the parquet files in place.
+
+    A model whose local files are missing (``missing``; default: checked now) gets a view with no
+    data that fails with one line naming the model, a missing file and the fix when a query needs
+    its rows; a query filtered on other models (``WHERE model_id = ...``) never touches it.
     Vectors are ``FLOAT[d]`` when every model has the same d, else ``FLOAT[]``.
+    ``temporary``: create TEMP views that shadow the stored ones for this connection only (a
+    read-only connection that finds the files changed since the views were written).
+    Each stored per-model view records whether its files were present in its comment.
     """
     models = con.execute(
         "SELECT model_id, max(d) FROM files GROUP BY model_id ORDER BY model_id"
     ).fetchall()
-    if not models:
-        body = load_sql("vectors_empty")
-    else:
-        dims = {d for _, d in models}
-        parts = []
-        for model_id, d in models:
+    if missing is None:
+        missing = missing_vector_files(con)
+    kind = "TEMP VIEW" if temporary else "VIEW"
+    dims = {d for _, d in models}
+    for model_id, d in models:
+        vtype = f"FLOAT[{d}]" if len(dims) == 1 else "FLOAT[]"
+        view = quote_ident(vectors_view_name(model_id))
+        if model_id in missing:
+            body = load_sql("vectors_missing").format(
+                model_id=quote_literal(model_id), vector_type=vtype,
+                message=quote_literal(missing_files_message(model_id, *missing[model_id])))
+        else:
             paths = [r[0] for r in con.execute(
                 "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]).fetchall()]
-            vtype = f"FLOAT[{d}]" if len(dims) == 1 else "FLOAT[]"
-            parts.append(load_sql("vectors_model").format(
+            body = load_sql("vectors_model").format(
                 paths="[" + ", ".join(quote_literal(p) for p in paths) + "]",
-                model_id=quote_literal(model_id),
-                vector_type=vtype,
-            ))
-        body = "\nUNION ALL\n".join(parts)
-    con.execute("CREATE OR REPLACE VIEW vectors AS\n" + body)
-    con.execute(load_sql("head_inputs_macro"))
+                model_id=quote_literal(model_id), vector_type=vtype)
+        con.execute(f"CREATE OR REPLACE {kind} {view} AS\n{body}")
+        if not temporary:
+            con.execute(f"COMMENT ON VIEW {view} IS {quote_literal(_vectors_state(missing.get(model_id)))}")
+    if not temporary:  # views of removed models
+        held = {vectors_view_name(m) for m, _ in models}
+        for name in _stored_vectors_views(con):
+            if name not in held:
+                con.execute(f"DROP VIEW IF EXISTS {quote_ident(name)}")
+    if models:
+        body = "\nUNION ALL\n".join(f"SELECT * FROM {quote_ident(vectors_view_name(m))}" for m, _ in models)
+    else:
+        body = load_sql("vectors_empty")
+    con.execute(f"CREATE OR REPLACE {kind} vectors AS\n{body}")
+    if not temporary:
+        con.execute(load_sql("head_inputs_macro"))
+
+
+def _stored_vectors_views(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    """Stored (not temporary) per-model vectors views of this database, with their comments (the
+    views qkwh wrote: their comment starts with ``qkwh vectors:``)."""
+    rows = con.execute(
+        "SELECT view_name, comment FROM duckdb_views() WHERE NOT temporary AND NOT internal "
+        "AND database_name = current_database() AND schema_name = 'main' AND starts_with(view_name, ?) "
+        "AND starts_with(comment, 'qkwh vectors:')", [VECTORS_VIEW_PREFIX]).fetchall()
+    return dict(rows)
+
+
+def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> None:
+    """Make the ``vectors`` views match the files as they are now (called on every connection).
+
+    Local files are checked for existence (``hf://`` files never are).  When a model's files went
+    missing or came back since the views were written, the views are rewritten: stored ones on a
+    writable connection, TEMP ones shadowing them for this connection on a read-only one.  Nothing
+    is done when they match (the common case).
+    """
+    try:
+        models = [r[0] for r in con.execute("SELECT DISTINCT model_id FROM files ORDER BY 1").fetchall()]
+    except duckdb.CatalogException:  # not a qkwh warehouse (yet)
+        return
+    missing = missing_vector_files(con)
+    expected = {vectors_view_name(m): _vectors_state(missing.get(m)) for m in models}
+    stored = _stored_vectors_views(con)
+    if stored == expected and (models or "vectors" in table_names(con)):
+        return
+    if read_only and not missing and all(v == _PRESENT for v in stored.values()):
+        # every file is there and no stored view says otherwise (e.g. a warehouse written before
+        # per-model views): the stored views work; the next writable connection updates them
+        return
+    if read_only:
+        rebuild_vectors_view(con, temporary=True, missing=missing)
+    else:
+        with transaction(con):
+            rebuild_vectors_view(con, missing=missing)
 
 
 def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str]) -> dict[str, int]:

@@ -17,6 +17,7 @@ seeded sample so the HTML stays small and the report is reproducible.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -24,7 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 import pyarrow as pa
 
+from qkwh.errors import MissingFilesError
 from qkwh.reports.base import Marts, NoData, head_label
+from qkwh.store import missing_files_message
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ def head_rows(marts: Marts, model_id: str, layer: int, head: int, kind: str,
         [model_id, layer, head, kind]).fetchall()
     if not found:
         raise NoData(f"{model_id}: no {kind} file for layer {layer} head {head}")
+    if not found[0][0].startswith("hf://") and not os.path.exists(found[0][0]):
+        _missing_files(marts, model_id)
     tbl = marts.con.sql("SELECT position, vector FROM read_parquet(?) ORDER BY example_id, position",
                         params=[found[0][0]]).to_arrow_table()
     pos = tbl.column("position").to_numpy().astype(np.int64)
@@ -100,6 +105,15 @@ def head_rows(marts: Marts, model_id: str, layer: int, head: int, kind: str,
         idx = np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False))
         pos, X = pos[idx], X[idx]
     return pos, X
+
+
+def _missing_files(marts: Marts, model_id: str) -> None:
+    """Raise the one-line error naming the model, a missing file and the fix (the model's folder
+    was moved or deleted after ingest)."""
+    paths = [p for (p,) in marts.con.execute(
+        "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]).fetchall()]
+    gone = [p for p in paths if not p.startswith("hf://") and not os.path.exists(p)]
+    raise MissingFilesError(missing_files_message(model_id, len(gone), len(paths), gone[0]))
 
 
 def _round(x: np.ndarray, digits: int = 4) -> list[float]:

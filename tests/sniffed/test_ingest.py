@@ -125,7 +125,7 @@ def test_remove_deletes_the_model_and_everything_derived(db: Path):
     con = store.connect(db)
     con.execute("INSERT INTO pca_heads (model_id, layer, q_head, k_head, config_id) VALUES ('smollm2-135m', 0, 3, 1, 'x')")
     con.close()
-    r = cli("remove", "smollm2-135m", "-w", str(db))
+    r = cli("remove", "smollm2-135m", "--yes", "-w", str(db))
     assert r.exit_code == 0, r.output
     snap = snapshot(db)
     assert all(rows == [] for name, rows in snap.items()), {k: len(v) for k, v in snap.items()}
@@ -363,7 +363,7 @@ def test_remove_keeps_reference_seed_tables(db: Path):
     con.execute("CREATE TABLE model_registry AS SELECT 'smollm2-135m' AS model_id, 'SmolLM2' AS family")
     con.execute("CREATE TABLE model_summary AS SELECT 'smollm2-135m' AS model_id, 12 AS n_heads")  # a mart
     con.close()
-    assert cli("remove", "smollm2-135m", "-w", str(db)).exit_code == 0
+    assert cli("remove", "smollm2-135m", "--yes", "-w", str(db)).exit_code == 0
     con = store.connect(db, read_only=True)
     assert con.execute("SELECT count(*) FROM model_registry").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM model_summary").fetchone()[0] == 0

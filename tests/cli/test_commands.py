@@ -1,0 +1,224 @@
+"""The CLI's promises on deleting data and on bad input.
+
+* `remove` and a re-ingest that drops computed results say what they delete, ask on a terminal,
+  need --yes otherwise, and delete nothing when refused; `compute --force` says what it replaces.
+* `findings <typo>` is not found; commands that need data never create a warehouse.
+* `sql --format table|csv|json --max-rows N`: csv and json hold every row and column, the table
+  says what it leaves out; `--version`; every run parameter is range-checked.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+import qkwh
+import qkwh.cli as cli_module
+from qkwh.cli import app
+from tests.conftest import snapshot
+
+runner = CliRunner()
+MODEL = "synth-c"
+
+
+def cli(*args: str, input: str | None = None):
+    return runner.invoke(app, list(args), input=input)
+
+
+def ok(*args: str):
+    r = cli(*args)
+    assert r.exit_code == 0, r.output + r.stderr
+    return r
+
+
+@pytest.fixture
+def computed(tmp_path: Path) -> tuple[Path, Path]:
+    """(warehouse, data folder): one synthetic model, 4 heads, PCA computed."""
+    data, db = tmp_path / MODEL, tmp_path / "wh.duckdb"
+    ok("synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
+       "--rows", "300", "--seed", "4")
+    ok("ingest", str(data), "--model-id", MODEL, "-w", str(db))
+    ok("compute", "-w", str(db), "-a", "pca", "-j", "1")
+    return db, data
+
+
+def _count(db: Path, sql: str) -> int:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------------------------------
+# destructive commands ask or refuse
+# ------------------------------------------------------------------------------------------
+
+
+def test_remove_says_what_it_deletes_and_needs_yes_without_a_terminal(computed):
+    db, _ = computed
+    before = snapshot(db)
+    r = cli("remove", MODEL, "-w", str(db))
+    assert r.exit_code == 2
+    assert f"removing {MODEL} deletes" in r.stderr and "4 computed head(s)" in r.stderr
+    assert "  pca_heads: 4" in r.stderr and "  files: 6" in r.stderr and "  heads: 4" in r.stderr
+    assert "pass --yes" in r.stderr and "nothing was deleted" in r.stderr
+    assert snapshot(db) == before
+
+    r = ok("remove", MODEL, "--yes", "-w", str(db))
+    assert f"removed {MODEL}" in r.stdout
+    assert _count(db, "SELECT count(*) FROM models") == 0 and _count(db, "SELECT count(*) FROM pca_heads") == 0
+
+
+def test_remove_on_a_terminal_asks(computed, monkeypatch):
+    db, _ = computed
+    monkeypatch.setattr(cli_module, "_interactive", lambda: True)
+    before = snapshot(db)
+    r = cli("remove", MODEL, "-w", str(db), input="n\n")
+    assert r.exit_code == 1 and "cancelled; nothing was deleted" in r.stderr
+    assert "delete it?" in r.stderr
+    assert snapshot(db) == before
+    r = cli("remove", MODEL, "-w", str(db), input="y\n")
+    assert r.exit_code == 0, r.output + r.stderr
+    assert _count(db, "SELECT count(*) FROM models") == 0
+
+
+def test_reingest_that_drops_results_needs_yes(computed):
+    db, data = computed
+    shutil.rmtree(data / "l01h01q")  # one head gone: its computed results would be dropped
+    before = snapshot(db)
+    r = cli("ingest", str(data), "--model-id", MODEL, "-w", str(db))
+    assert r.exit_code == 2, r.output + r.stderr
+    assert (f"re-ingesting {MODEL} drops computed results (the files of 1 head(s) changed or are gone): "
+            "1 computed head(s); rows: ") in r.stderr
+    assert "pca_heads 1" in r.stderr and "head_runs 1" in r.stderr
+    assert "pass --yes" in r.stderr
+    assert snapshot(db) == before
+
+    r = ok("ingest", str(data), "--model-id", MODEL, "--yes", "-w", str(db))
+    assert "replaced" in r.stdout
+    assert _count(db, "SELECT count(*) FROM pca_heads") == 3  # the other heads' results are kept
+    assert _count(db, "SELECT count(*) FROM pca_heads WHERE layer = 1 AND q_head = 1") == 0
+
+
+def test_reingest_that_keeps_results_does_not_ask(computed):
+    db, data = computed
+    r = ok("ingest", str(data), "--model-id", MODEL, "--label", "C", "-w", str(db))
+    assert "replaced" in r.stdout and "drops" not in r.stderr
+    assert _count(db, "SELECT count(*) FROM pca_heads") == 4
+
+
+def test_compute_force_says_what_it_replaces(computed):
+    db, _ = computed
+    r = ok("compute", "-w", str(db), "-a", "pca", "-j", "1", "--force")
+    assert "--force: the stored results of 4 computed head(s) (pca) are recomputed and replaced" in r.stderr
+    assert "computed 4 head(s)" in r.stdout
+
+
+# ------------------------------------------------------------------------------------------
+# small items
+# ------------------------------------------------------------------------------------------
+
+
+def test_findings_of_an_unknown_model_is_not_found(computed):
+    db, _ = computed
+    r = cli("findings", "synth-x", "-w", str(db))
+    assert r.exit_code == 4
+    assert f"no model 'synth-x' in the warehouse (have: {MODEL})" in r.stderr
+    ok("findings", MODEL, "-w", str(db))
+
+
+@pytest.mark.parametrize("args", [
+    ["compute", "-j", "1"], ["sql", "SELECT 1"], ["models"], ["findings"], ["remove", "m", "--yes"],
+    ["build"], ["report"], ["export", "models"], ["compare", "a", "b"], ["docs"],
+])
+def test_commands_that_need_data_never_create_a_warehouse(tmp_path: Path, args: list[str]):
+    db = tmp_path / "nothing-here.duckdb"
+    r = cli(*args, "-w", str(db))
+    assert r.exit_code == 4, r.output + r.stderr
+    assert f"no warehouse at {db}" in r.stderr
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_version_prints_the_package_version():
+    r = ok("--version")
+    assert r.stdout.strip() == f"qkwh {qkwh.__version__}"
+
+
+def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
+    db, _ = computed
+    query = "SELECT * FROM files ORDER BY layer, head, kind"
+    n_cols = len(duckdb.connect(str(db), read_only=True).execute(query).description)
+
+    r = ok("sql", query, "-w", str(db), "--format", "csv", "--max-rows", "2")
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert len(rows) == 1 + 6 and len(rows[0]) == n_cols  # header + every row; --max-rows is for tables
+
+    r = ok("sql", "SELECT layer, head, kind, 'nan'::DOUBLE AS x FROM files ORDER BY 1, 2, 3", "-w", str(db), "-f", "json")
+    records = json.loads(r.stdout)
+    assert len(records) == 6 and records[0] == {"layer": 0, "head": 0, "kind": "k", "x": None}
+
+    r = ok("sql", "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3", "-w", str(db), "--max-rows", "2")
+    assert "showing 2 of 6 rows (--max-rows 0 shows all)" in r.stdout and "--format csv or json" in r.stdout
+    r = ok("sql", "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3", "-w", str(db), "--max-rows", "0")
+    assert "6 row(s)" in r.stdout and "showing" not in r.stdout
+    wide = "SELECT " + ", ".join(f"{i} AS c{i}" for i in range(40))
+    r = ok("sql", wide, "-w", str(db))
+    assert "showing 13 of 40 columns (left out: c13, c14" in r.stdout  # a 160-column console
+    r = cli("sql", "SELECT 1", "-w", str(db), "--format", "xml")
+    assert r.exit_code == 2 and "--format must be table, csv or json" in r.stderr
+
+
+@pytest.mark.parametrize("param, message", [
+    ("rotation.t_active=-1", "rotation.t_active must be in [0, 1]; got -1.0"),
+    ("rotation.t_active=1.5", "rotation.t_active must be in [0, 1]; got 1.5"),
+    ("rotation.max_pairs=0", "rotation.max_pairs must be a positive integer; got 0"),
+    ("rotation.omega_grid=0", "rotation.omega_grid must be a positive integer; got 0"),
+    ("plasticity.p_alpha=0", "plasticity.p_alpha must be in (0, 1); got 0.0"),
+    ("plasticity.p_alpha=1", "plasticity.p_alpha must be in (0, 1); got 1.0"),
+    ("plasticity.eps=-1e-9", "plasticity.eps must be >= 0; got -1e-09"),
+    ("plasticity.var_floor=nan", "plasticity.var_floor must be a finite number; got nan"),
+    ("plasticity.normality_max_dims=0", "plasticity.normality_max_dims must be a positive integer; got 0"),
+    ("plasticity.num_pairs_per_bucket=-5", "plasticity.num_pairs_per_bucket must be a positive integer; got -5"),
+    ("seed=-1", "seed must be >= 0; got -1"),
+    ("max_tokens_per_head=0", "max_tokens_per_head must be a positive integer; got 0"),
+    ("pca.n_components=0", "pca.n_components must be a positive integer; got 0"),
+    ("pca.sign_threshold=2", "pca.sign_threshold must be in [0, 1]; got 2.0"),
+])
+def test_out_of_range_parameters_are_refused(computed, param: str, message: str):
+    db, _ = computed
+    before = snapshot(db)
+    r = cli("compute", "-w", str(db), "-j", "1", "-p", param)
+    assert r.exit_code == 2
+    assert message in r.stderr
+    assert snapshot(db) == before
+
+
+def test_boundary_values_are_accepted():
+    from qkwh.params import RunConfig
+
+    cfg = RunConfig().with_overrides({"rotation.t_active": "0", "pca.sign_threshold": "1", "seed": "0",
+                                      "plasticity.eps": "0", "plasticity.var_floor": "0",
+                                      "plasticity.p_alpha": "0.999", "rotation.max_pairs": "1"})
+    assert cfg.rotation.t_active == 0.0 and cfg.pca.sign_threshold == 1.0 and cfg.plasticity.eps == 0.0
+    with pytest.raises(ValueError, match="plasticity.orientation must be true or false"):
+        RunConfig.from_dict({"plasticity": {"orientation": "yes"}})
+    with pytest.raises(ValueError, match="rotation.max_pairs must be a positive integer; got 2.5"):
+        RunConfig.from_dict({"rotation": {"max_pairs": 2.5}})
+
+
+def test_report_never_writes_into_a_folder_that_is_not_a_report(computed, tmp_path: Path):
+    db, _ = computed
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "index.html").write_text("my own page")
+    r = cli("report", "-w", str(db), "-o", str(folder))
+    assert r.exit_code == 2 and f"{folder} is not empty and holds no qkwh report" in r.stderr
+    assert [p.name for p in folder.iterdir()] == ["index.html"] and (folder / "index.html").read_text() == "my own page"
