@@ -58,32 +58,43 @@ def load_units(con, models: list[str] | None) -> list[HeadUnit]:
 
 @contextlib.contextmanager
 def compute_lock(warehouse: str | Path | None) -> Iterator[None]:
-    """Hold ``<warehouse>.compute.lock`` for the run: a second compute on the same warehouse
-    would interleave its batches with ours.  The OS releases it when the process ends."""
+    """Hold ``<warehouse>.compute.lock`` for the run (removed at the end): a second compute on
+    the same warehouse would interleave its batches with ours.  The OS releases the lock when
+    the process dies, even by kill -9 (the file then stays, unlocked, and is reused)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows: no second-compute guard
         yield
         return
     wh = store.resolve_warehouse(warehouse)
-    wh.parent.mkdir(parents=True, exist_ok=True)
     path = wh.with_name(wh.name + ".compute.lock")
-    with open(path, "a+") as fh:
+    while True:
+        fh = open(path, "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.seek(0)
             pid = fh.read().strip()
+            fh.close()
             raise WarehouseLockedError(f"another qkwh compute{f' (process {pid})' if pid else ''} is running on "
                                        f"{wh}; wait for it to finish") from None
+        try:  # the holder before us may have removed the file between our open and our lock
+            same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    try:
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        fh.close()
 
 
 def compute(

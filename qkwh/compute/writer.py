@@ -121,7 +121,8 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         for name in [t for ts in ANALYSIS_TABLES.values() for t in ts]:
             if name in parts:
                 tables = parts[name]
-                data = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+                data = tables[0] if len(tables) == 1 else \
+                    pa.concat_tables(tables, promote_options="permissive").combine_chunks()
                 store.insert_columns(con, name, data)
         store.insert_columns(con, "head_runs", runs)
         # the marts report each (model, analysis) under exactly one parameter set
