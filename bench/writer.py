@@ -18,7 +18,7 @@ What it does (README "Scaling out" and bench/writer_results.md quote the figures
    writer's own (open, check, concatenate, insert, head_runs, current_config, commit, close).
    Also the time to unpickle a unit's outcomes (what the parent does to receive them);
 4. **at the benchmark's pace**: the runner's default policy (first batch one head, doubling up
-   to 256, a batch at least every 2 s) with results arriving at ``--pace`` heads/s (the
+   to 256, a batch at least every 10 s) with results arriving at ``--pace`` heads/s (the
    benchmark's all-three rate on 2 workers is 9.7) on a simulated clock, so the batches are the
    ones a real run forms; the write time is real;
 5. a long run (``--long`` heads, default 3,000) at the largest batch, split in tenths, to show
@@ -61,7 +61,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--unit", type=int, default=4, help="heads per unit of work (GQA group)")
     p.add_argument("--rows", type=int, default=8000, help="vectors per q and k file")
     p.add_argument("--d", type=int, default=128, help="head dimension")
-    p.add_argument("--batch", default="1,4,16,64,256", help="batch sizes (heads) of the ceiling runs")
+    p.add_argument("--batch", default="4,16,64,256,1024", help="batch sizes (heads) of the ceiling runs")
     p.add_argument("--pace", type=float, default=9.7, help="heads/s at which results arrive in the pace run")
     p.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
     p.add_argument("--out", type=Path, default=OUT, help="scratch folder (cached model, warehouses)")
@@ -70,7 +70,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if a.quick:
         a.heads, a.long, a.unique, a.rows, a.d, a.repeat = min(a.heads, 40), min(a.long, 80), 4, 400, 32, 1
-        a.batch = "1,16"
+        a.batch = "4,16"
     a.md = a.md or (a.out / "writer-quick.md" if a.quick else REPO / "bench" / "writer_results.md")
     return a
 
@@ -164,7 +164,7 @@ def _run(base: Path, scratch: Path, config_ids, units, *, max_heads: int, pace: 
     real = writer_mod.time.monotonic
     batches: list[tuple[int, float]] = []
     w = writer_mod.BatchWriter(db, config_ids, set(), catalog=catalog, max_heads=max_heads,
-                               max_seconds=2.0 if pace else 1e9)
+                               max_seconds=10.0 if pace else 1e9)
     flush = w.flush
 
     def timed_flush():

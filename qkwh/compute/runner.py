@@ -110,7 +110,7 @@ def compute(
     name: str | None = None,
     make_current: bool = True,
     batch_heads: int = 256,
-    batch_seconds: float = 2.0,
+    batch_seconds: float = 10.0,
     on_start: Callable[[int], None] | None = None,
     on_head: Callable[[str], None] | None = None,
 ) -> ComputeReport:

@@ -165,7 +165,7 @@ class BatchWriter:
 
     def __init__(self, warehouse: str | Path | None, config_ids: dict[str, str], previous: set[HeadSet], *,
                  catalog: dict[str, str], make_current: bool = True, max_heads: int = 256,
-                 max_seconds: float = 2.0, lock_wait: float | None = None, threads: int | None = None):
+                 max_seconds: float = 10.0, lock_wait: float | None = None, threads: int | None = None):
         self.warehouse = warehouse
         self.config_ids = config_ids
         self.previous = previous
