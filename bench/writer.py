@@ -17,8 +17,8 @@ What it does (README "Scaling out" and bench/writer_results.md quote the figures
    close) on a fresh copy of the ingested warehouse, for each ``--batch`` size; the time is the
    writer's own (open, check, concatenate, insert, head_runs, current_config, commit, close).
    Also the time to unpickle a unit's outcomes (what the parent does to receive them);
-4. **at the benchmark's pace**: the runner's default policy (first batch one head, doubling up
-   to 256, a batch at least every 10 s) with results arriving at ``--pace`` heads/s (the
+4. **at the benchmark's pace**: the runner's default policy (first batch one head, then four
+   times larger up to 1,024, a batch at least every 30 s) with results arriving at ``--pace`` heads/s (the
    benchmark's all-three rate on 2 workers is 9.7) on a simulated clock, so the batches are the
    ones a real run forms; the write time is real;
 5. a long run (``--long`` heads, default 3,000) at the largest batch, split in tenths, to show
@@ -164,7 +164,7 @@ def _run(base: Path, scratch: Path, config_ids, units, *, max_heads: int, pace: 
     real = writer_mod.time.monotonic
     batches: list[tuple[int, float]] = []
     w = writer_mod.BatchWriter(db, config_ids, set(), catalog=catalog, max_heads=max_heads,
-                               max_seconds=10.0 if pace else 1e9)
+                               max_seconds=30.0 if pace else 1e9)
     flush = w.flush
 
     def timed_flush():
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         steady = [s / h for h, s in batches if h == b] or [secs / a.heads]
         ceiling.append((b, secs, nb, secs / a.heads * 1e3, statistics.median(steady) * 1e3))
         _log(f"batch {b}: {a.heads / secs:.0f} heads/s")
-    pace = min((_run(base, scratch, config_ids, units, max_heads=256, pace=a.pace) for _ in range(a.repeat)),
+    pace = min((_run(base, scratch, config_ids, units, max_heads=1024, pace=a.pace) for _ in range(a.repeat)),
                key=lambda r: r[0])
     long_rows = []
     if a.long:

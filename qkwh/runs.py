@@ -46,7 +46,11 @@ class ParamSet:
 
 
 def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -> list[ParamSet]:
-    rows = con.execute(store.load_sql("runs_list"), [models or None]).fetchall()
+    try:
+        rows = con.execute(store.load_sql("runs_list"), [models or None]).fetchall()
+    except duckdb.BinderException:  # run_config without `name`: opened read-only, never migrated
+        raise QkwhError("this warehouse was written by an older qkwh: open it once for writing (e.g. "
+                        "`qkwh build`, or `qkwh compute`) to migrate it, then retry") from None
     return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]
 
 

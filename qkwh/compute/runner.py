@@ -109,8 +109,8 @@ def compute(
     force: bool = False,
     name: str | None = None,
     make_current: bool = True,
-    batch_heads: int = 256,
-    batch_seconds: float = 10.0,
+    batch_heads: int = 1024,
+    batch_seconds: float = 30.0,
     on_start: Callable[[int], None] | None = None,
     on_head: Callable[[str], None] | None = None,
 ) -> ComputeReport:
