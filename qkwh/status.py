@@ -10,6 +10,7 @@ full build has stale marts.  ``qkwh report`` and ``qkwh sql`` (on marts) warn ab
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -60,10 +61,10 @@ def staleness(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     """Compare what the marts were built from with the warehouse today (``models``: only these)."""
     now = {m: s for m, s, _, _ in con.execute(store.load_sql("mart_inputs")).fetchall()}
     try:
-        built = {m: (s, t) for m, s, t in con.execute(
-            "SELECT model_id, inputs_state, built_at FROM mart_builds").fetchall()}
+        last = con.execute("SELECT built_at, inputs_json FROM mart_builds ORDER BY built_at DESC LIMIT 1").fetchone()
     except duckdb.CatalogException:  # a warehouse no qkwh with mart_builds has written to
-        built = {}
+        last = None
+    built = {m: (s, last[0]) for m, s in json.loads(last[1]).items()} if last else {}
     if models:
         now = {m: s for m, s in now.items() if m in models}
         built = {m: v for m, v in built.items() if m in models}
@@ -84,8 +85,7 @@ def record_build(con: duckdb.DuckDBPyConnection, started_at: dt.datetime, states
     """Replace mart_builds with the inputs the build read (``states``, taken before it ran)."""
     with store.transaction(con):
         con.execute("DELETE FROM mart_builds")
-        con.executemany("INSERT INTO mart_builds VALUES (?, ?, ?)",
-                        [[m, s, started_at] for m, s in sorted(states.items())])
+        con.execute("INSERT INTO mart_builds VALUES (?, ?)", [started_at, json.dumps(states, sort_keys=True)])
 
 
 def input_states(con: duckdb.DuckDBPyConnection) -> dict[str, str]:

@@ -125,14 +125,13 @@ CREATE TABLE IF NOT EXISTS current_config (
     PRIMARY KEY (model_id, analysis)
 );
 
--- Written by `qkwh build` after a successful full build: for each model in the marts, a hash of
--- what the marts read (its catalog and the per-head results of its current parameter sets).  A
--- model whose hash differs today, or that is missing here, has stale marts (`qkwh status`,
--- `qkwh report`, `qkwh sql` say so).
+-- Written by `qkwh build` after a successful full build (one row: the last build): for each model
+-- in the marts, a hash of what they read (its catalog and the per-head results of its current
+-- parameter sets).  A model whose hash differs today, or that is missing here, has stale marts
+-- (`qkwh status`, `qkwh report`, `qkwh sql` say so).
 CREATE TABLE IF NOT EXISTS mart_builds (
-    model_id      VARCHAR PRIMARY KEY,
-    inputs_state  VARCHAR NOT NULL,              -- qkwh/sql/mart_inputs.sql at build time
-    built_at      TIMESTAMP NOT NULL
+    built_at      TIMESTAMP NOT NULL,
+    inputs_json   VARCHAR NOT NULL               -- {model_id: hash of qkwh/sql/mart_inputs.sql} at build time
 );
 
 ------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 -- What the marts read for each model, as one hash (inputs_state): its catalog row and, per
 -- analysis, the current parameter set with how many heads it holds and when it was last
--- written.  `qkwh build` stores it in mart_builds; a model whose hash differs later has stale
+-- written.  `qkwh build` stores it in mart_builds.inputs_json; a model whose hash differs later has stale
 -- marts.  Also the times shown by `qkwh status`.
 WITH cur AS (
     SELECT cc.model_id, cc.analysis, cc.config_id,
