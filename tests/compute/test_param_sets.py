@@ -225,8 +225,10 @@ def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(render_mod, "render", fake_render)
     r = cli("report", "-w", str(db), "-o", str(tmp_path / "rep"))
     assert drawn and "marts are stale" in r.stderr and "partial" in r.stderr
-
-    build(db, target_dir=tmp_path / "target")
+    # --build rebuilds the stale marts first; the partial set is still told
+    r = cli("report", "--build", "-w", str(db), "-o", str(tmp_path / "rep"))
+    assert "rebuilding" in r.stderr and "dbt build ok" in r.stdout
+    assert "warning: the marts are stale" not in r.stderr and "partial" in r.stderr
     row = rows_of(db, "SELECT n_heads_analysable, n_heads_pca, n_heads_rotation, n_heads_plasticity, "
                       "partial_analyses FROM model_summary")
     assert row == [(N_HEADS, n, n, n, "pca,rotation,plasticity")]
