@@ -132,12 +132,16 @@ def build(
     "head_metrics+"); --full-refresh rebuilds everything from scratch.  dbt writes into
     :func:`dbt_work_dir` unless TARGET_DIR names the target folder (its parent then holds logs/
     and profiles.yml).  The warehouse must not be open for writing in another process while the
-    build runs.
+    build runs.  After a successful full build (no ``select``), ``mart_builds`` records what
+    each model's marts were built from, so stale marts can be told (:mod:`qkwh.status`).
 
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
     ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
     """
+    warehouse = Path(warehouse).expanduser().resolve()
+    # what the marts are about to read; recorded (mart_builds) once a full build succeeds
+    inputs = _input_states(warehouse) if not select else None
     args = ["build"]
     if dbt_vars:
         args += ["--vars", json.dumps(dbt_vars)]
@@ -150,7 +154,32 @@ def build(
     result = _run_dbt(Path(warehouse), args, target_dir=target_dir, log_sink=log_sink)
     if not result.success:
         raise _failure_error(result)
+    if inputs is not None:
+        from qkwh import status, store
+
+        con = store.connect(warehouse)
+        try:
+            status.record_build(con, *inputs)
+        finally:
+            con.close()
     return result
+
+
+def _input_states(warehouse: Path):
+    """(start time, model -> hash of what the marts read), or None when there is no warehouse
+    (the build then fails with NotFoundError)."""
+    import datetime as dt
+
+    if not warehouse.exists():
+        return None
+    from qkwh import status, store
+
+    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    con = store.connect(warehouse)
+    try:
+        return started, status.input_states(con)
+    finally:
+        con.close()
 
 
 def docs_generate(

@@ -284,6 +284,7 @@ def sql(
             _write_json(columns, reader)
         else:
             _print_table(columns, reader, max_rows)
+        _warn_stale(con, query=query)
     except Exception as exc:  # duckdb errors: one line
         if isinstance(exc, QkwhError):
             raise
@@ -360,6 +361,24 @@ def _print_table(columns: list[str], reader, max_rows: int) -> None:
         out.print(f"{total:,} row(s)", highlight=False)
 
 
+def _warn_stale(con, *, query: str | None = None, models: list[str] | None = None) -> None:
+    """On stderr: stale marts (when ``query`` reads marts, or always without a query) and
+    current parameter sets that cover only part of a model's heads."""
+    from qkwh import status
+
+    if query is not None and not status.relations_in(query, status.snapshot_relations(con)):
+        return
+    message = status.staleness(con, models).message()
+    if message:
+        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    if query is None:
+        for s in status.list_sets(con, models):
+            if s.is_current and s.partial:
+                err.print(f"[yellow]warning:[/] {s.model_id}: the current {s.analysis} set {s.label} covers "
+                          f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)",
+                          highlight=False, soft_wrap=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # compute
 # ---------------------------------------------------------------------------------------------
@@ -380,17 +399,22 @@ def compute(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
+    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
+    keep_current: Annotated[bool, typer.Option("--keep-current", help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.")] = False,
     executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
 
-    Heads sharing a k file are written in one transaction (never part of a head); heads whose
-    inputs and parameters are unchanged are skipped, so an interrupted run resumes.  Every
-    parameter is recorded in run_config.  The executor never changes the results.  A model whose
-    key files are missing (its folder moved) is left out with an error naming the fix (exit 4)
-    and the others are computed; --force says how many computed heads it replaces.
+    Finished heads are written in batches, one transaction each (never part of a head), and the
+    warehouse is open only while a batch is written, so `qkwh sql`, `qkwh report` and
+    `duckdb -readonly` work during a long compute.  Heads whose inputs and parameters are
+    unchanged are skipped, so an interrupted run resumes.  Every parameter is recorded in
+    run_config; each parameter set keeps its own rows and the set computed becomes the one the
+    marts report (unless --keep-current).  The executor never changes the results.  A model
+    whose key files are missing (its folder moved) is left out with an error naming the fix
+    (exit 4) and the others are computed; --force says how many computed heads it replaces.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -399,18 +423,23 @@ def compute(
 
     from qkwh import store
 
-    wh = _existing_warehouse(warehouse)
-    cfg = load_run_config(config, param)
     execution = load_execution(config)
     kind = executor or execution["executor"] or "pool"
     if kind not in ("pool", "ray"):
         from qkwh.errors import InputError
 
         raise InputError(f"--executor must be pool or ray, not {kind!r}")
+    if name is not None:
+        from qkwh.runs import check_name
+
+        check_name(name)
+    wh = _existing_warehouse(warehouse)
+    cfg = _named_config(name, wh) if name is not None and config is None and not param else None
+    cfg = cfg or load_run_config(config, param)
     names = tuple(_split([analyses]) or []) if analyses is not None else None
     scope, gone = _models_with_files(wh, _split(model))
     if force:
-        _say_force(wh, scope, names)
+        _say_force(wh, scope, names, cfg)
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
                   transient=False) as progress:
@@ -428,9 +457,10 @@ def compute(
 
         report = run(wh, models=scope, analyses=names, config=cfg, workers=workers,
                      executor=kind, ray_address=ray_address or execution["ray_address"],
-                     force=force, on_start=on_start, on_head=on_head)
+                     force=force, name=name, make_current=not keep_current, on_start=on_start, on_head=on_head)
+    label = f"set {name}: " if name else ""
     out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
-              f"({', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
+              f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
     if report.failures:
         for label, error in report.failures[:10]:
             err.print(f"[red]failed[/] {label}: {error}", highlight=False)
@@ -474,22 +504,226 @@ def _models_with_files(wh: Path, models: list[str] | None):
         raise error
     return scope, error
 
-def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | None) -> None:
-    """--force recomputes heads already computed with these parameters: say how many rows it
-    replaces (the same inputs and parameters give the same numbers, so it does not ask)."""
+def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | None, cfg) -> None:
+    """--force recomputes heads already computed with these parameters (this parameter set; other
+    sets are never touched): say how many it replaces (the same inputs and parameters give the
+    same numbers, so it does not ask)."""
     from qkwh import store
+    from qkwh.compute import registry
+    from qkwh.compute.units import code_version
 
+    config_ids = [cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.names())]
     con = store.connect(wh, read_only=True)
     try:
         n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "
-                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND ($2 IS NULL OR list_contains($2, analysis)))",
-                        [models or None, list(analyses) if analyses else None]).fetchone()[0]
+                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, config_id))",
+                        [models or None, config_ids]).fetchone()[0]
     finally:
         con.close()
     if n:
         which = f" ({', '.join(analyses)})" if analyses else ""
         err.print(f"--force: the stored results of {n} computed head(s){which} are recomputed "
                   "and replaced as each head is written", highlight=False)
+
+
+def _named_config(name: str, warehouse):
+    """The parameters of the set called ``name`` when the warehouse holds it, else None."""
+    from qkwh import store
+    from qkwh.runs import config_of
+
+    wh = store.resolve_warehouse(warehouse)
+    if not wh.exists():
+        return None
+    con = store.connect(wh, read_only=True)
+    try:
+        if not con.execute("SELECT 1 FROM run_config WHERE name = ?", [name]).fetchone():
+            return None
+        return config_of(con, name)
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# parameter sets and status
+# ---------------------------------------------------------------------------------------------
+
+runs_app = typer.Typer(
+    help="Parameter sets of the per-head results: list them (default), make one current, compare "
+    "two, drop one.  A set is named by `qkwh compute --name`, or referred to by its config_id (or a "
+    "unique prefix of it).",
+    no_args_is_help=False,
+    add_completion=False,
+)
+app.add_typer(runs_app, name="runs")
+ModelsOpt = Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Only these models (repeat or comma-separate).")]
+
+
+def _param_summary(s) -> str:
+    """The parameters of a set that differ from the defaults, e.g. `seed=1 plasticity.cov_mode=diag`."""
+    from qkwh.params import RunConfig
+    from qkwh.runs import _flatten
+
+    default = _flatten(RunConfig().analysis_params(s.analysis))
+    mine = _flatten(s.params)
+    changed = [f"{k}={v}" for k, v in sorted(mine.items()) if default.get(k) != v]
+    return " ".join(changed) or "defaults"
+
+
+@runs_app.callback(invoke_without_command=True)
+@_friendly
+def runs(ctx: typer.Context, model: ModelsOpt = None, warehouse: WarehouseOpt = None) -> None:
+    """List the parameter sets per model and analysis (same as `qkwh runs list`)."""
+    if ctx.invoked_subcommand is None:
+        _runs_list(model, warehouse)
+
+
+@runs_app.command("list")
+@_friendly
+def runs_list(model: ModelsOpt = None, warehouse: WarehouseOpt = None) -> None:
+    """List the parameter sets per model and analysis: name, config_id, parameters that differ
+    from the defaults, heads covered of the analysable heads, created, and which is current."""
+    _runs_list(model, warehouse)
+
+
+def _runs_list(model, warehouse) -> None:
+    from qkwh import store
+    from qkwh.runs import list_sets
+
+    con = store.connect(warehouse, read_only=True)
+    try:
+        sets = list_sets(con, _split(model))
+    finally:
+        con.close()
+    table = Table("model_id", "analysis", "current", "name", "config_id", "heads", "parameters (non-default)",
+                  "created (UTC)", title="parameter sets (current = what the marts report)")
+    for s in sets:
+        heads = f"{s.n_heads}/{s.n_analysable}" + (" partial" if s.partial else "")
+        table.add_row(s.model_id, s.analysis, "*" if s.is_current else "", s.name or "", s.config_id, heads,
+                      _param_summary(s), f"{s.created_at:%Y-%m-%d %H:%M}" if s.created_at else "")
+    out.print(table)
+    if not sets:
+        out.print("no computed results yet: `qkwh compute`")
+
+
+@runs_app.command("use")
+@_friendly
+def runs_use(
+    ref: Annotated[str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")],
+    model: ModelsOpt = None,
+    analysis: Annotated[Optional[list[str]], typer.Option("--analysis", "-a", help="Only these analyses (default: every analysis of the set).")] = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Make a set the one the marts report, for every model holding it (or --model).  Then run
+    `qkwh build` to rebuild the marts from it."""
+    from qkwh.runs import use
+
+    done = use(warehouse, ref, _split(model), _split(analysis))
+    for m, a, c in done:
+        out.print(f"{m} {a}: current set is now {c}", highlight=False)
+    out.print("run `qkwh build` to rebuild the marts from it")
+
+
+@runs_app.command("drop")
+@_friendly
+def runs_drop(
+    ref: Annotated[str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")],
+    model: ModelsOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not interactive).")] = False,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Delete a set's per-head rows (and head_runs), in one transaction.  The current set of a
+    model is refused: make another set current first (`qkwh runs use`)."""
+    from qkwh import store
+    from qkwh.errors import InputError
+    from qkwh.runs import drop, drop_plan
+
+    models = _split(model)
+    con = store.connect(warehouse, read_only=True)
+    try:
+        counts = drop_plan(con, ref, models)
+    finally:
+        con.close()
+    total = sum(counts.values())
+    what = ", ".join(f"{n:,} from {t}" for t, n in counts.items() if n)
+    out.print(f"dropping set {ref}{' in ' + ', '.join(models) if models else ''}: {total:,} rows ({what or 'none'})",
+              highlight=False)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InputError("dropping a parameter set deletes rows: pass --yes to confirm (not interactive)")
+        if not typer.confirm("delete them?", default=False):
+            raise typer.Exit(1)
+    counts = drop(warehouse, ref, models)
+    out.print(f"dropped {sum(counts.values()):,} rows")
+
+
+@runs_app.command("diff")
+@_friendly
+def runs_diff(
+    ref_a: Annotated[str, typer.Argument(help="First set (name or config_id).")],
+    ref_b: Annotated[str, typer.Argument(help="Second set (name or config_id).")],
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Compare two sets: per analysis, the parameters and code version in which they differ."""
+    from qkwh import store
+    from qkwh.runs import diff
+
+    con = store.connect(warehouse, read_only=True)
+    try:
+        rows = diff(con, ref_a, ref_b)
+    finally:
+        con.close()
+    table = Table("analysis", "parameter", f"A = {ref_a}", f"B = {ref_b}")
+    for d in rows:
+        if d.config_a is None or d.config_b is None:
+            table.add_row(d.analysis, "(no such set)" if d.config_a is None else d.config_a,
+                          d.config_a or "-", d.config_b or "-")
+            continue
+        if d.code_a != d.code_b:
+            table.add_row(d.analysis, "code_version", str(d.code_a), str(d.code_b))
+        for k, va, vb in d.params:
+            table.add_row(d.analysis, k, str(va), str(vb))
+        if not d.params and d.code_a == d.code_b:
+            table.add_row(d.analysis, "(same parameters)", d.config_a or "", d.config_b or "")
+    out.print(table)
+
+
+@app.command()
+@_friendly
+def status(
+    model: ModelsOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Per model: what is ingested, computed (per parameter set: heads covered of the analysable
+    heads) and built (marts up to date, stale or not built)."""
+    from qkwh import status as st
+    from qkwh import store
+
+    con = store.connect(warehouse, read_only=True)
+    try:
+        models, staleness = st.status(con)
+        wanted = _split(model)
+        models = [m for m in models if not wanted or m.model_id in wanted]
+        table = Table("model_id", "ingested (UTC)", "heads (analysable)", "pca", "rotation", "plasticity", "marts",
+                      title=str(store.resolve_warehouse(warehouse)))
+        for m in models:
+            cells = []
+            for analysis in ("pca", "rotation", "plasticity"):
+                sets = [s for s in m.sets if s.analysis == analysis]
+                cur = next((s for s in sets if s.is_current), None)
+                text = f"{cur.label}: {cur.n_heads}/{cur.n_analysable}" + (" PARTIAL" if cur.partial else "") \
+                    if cur else "-"
+                others = len(sets) - (1 if cur else 0)
+                cells.append(text + (f" (+{others} other set{'s' if others > 1 else ''})" if others else ""))
+            table.add_row(m.model_id, f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
+                          f"{m.n_heads} ({m.n_analysable})", *cells, m.built)
+        out.print(table)
+        if not models:
+            out.print("no models yet: `qkwh ingest SOURCE`")
+        if staleness.built_at:
+            out.print(f"marts last built {staleness.built_at:%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+        _warn_stale(con, models=wanted)
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -733,6 +967,7 @@ def compare(
 def report(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
+    build_first: Annotated[bool, typer.Option("--build", help="Rebuild the marts first when they are stale (older than the per-head results or the catalog).")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Render the figures into an offline HTML report plus PNG/SVG.
@@ -740,15 +975,35 @@ def report(
     Every figure is drawn from the marts into one self-contained index.html, with a PNG and an SVG
     per figure.  Figures without data are left out with a note.  The output folder must be new,
     empty or an earlier qkwh report (which is replaced, and said so); any other folder is refused.
+    Warns when the marts are stale (or rebuilds them with --build) and when a model's current
+    parameter set is partial.
     """
-    from qkwh.reports.render import render
-
+    from qkwh import status as st
+    from qkwh import store
     from qkwh.demo import check_report_dir
-    from qkwh.reports.render import DEFAULT_OUT
+    from qkwh.reports.render import DEFAULT_OUT, render
 
     wh = _existing_warehouse(warehouse)
     target = Path(out_dir).expanduser().resolve() if out_dir else DEFAULT_OUT
-    if check_report_dir(target):
+    replacing = check_report_dir(target)
+    if build_first:
+        con = store.connect(wh, read_only=True)
+        try:
+            stale = st.staleness(con).stale
+        finally:
+            con.close()
+        if stale:
+            from qkwh.build import build as run_build
+
+            err.print("the marts are stale: rebuilding them first", highlight=False)
+            res = run_build(wh, log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
+            out.print(res.summary)
+    con = store.connect(wh, read_only=True)
+    try:
+        _warn_stale(con, models=_split(models))
+    finally:
+        con.close()
+    if replacing:
         err.print(f"replacing the earlier report in {target}", highlight=False)
     result = render(wh, out=target, models=_split(models))
     out.print(result.summary(), highlight=False)

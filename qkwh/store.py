@@ -7,15 +7,19 @@ directory (never a file inside the installed package).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
-from qkwh.errors import QkwhError, WarehouseLockedError
+from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
+
+log = logging.getLogger("qkwh.store")
 
 _LOCK_RE = re.compile(r"(Could not set lock|Conflicting lock)", re.IGNORECASE)
 _PID_RE = re.compile(r"PID (\d+)")
@@ -28,26 +32,119 @@ def resolve_warehouse(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+#: Seconds a command waits for a warehouse another process holds before it gives up
+#: (``$QKWH_LOCK_TIMEOUT`` overrides it).  `qkwh compute` holds the file only while it writes a
+#: batch, so readers and other commands get in between its batches.
+DEFAULT_LOCK_WAIT = 10.0
+
+
+def lock_wait(default: float = DEFAULT_LOCK_WAIT) -> float:
+    """Seconds to wait for a held warehouse: ``$QKWH_LOCK_TIMEOUT`` if set, else ``default``."""
+    raw = os.environ.get("QKWH_LOCK_TIMEOUT")
+    if raw:
+        try:
+            return max(float(raw), 0.0)
+        except ValueError:
+            raise QkwhError(f"QKWH_LOCK_TIMEOUT={raw!r} is not a number of seconds") from None
+    return default
+
+
+def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+            wait: float | None = None, schema: bool = True) -> duckdb.DuckDBPyConnection:
     """Open the warehouse (creating it and its schema when writable).
 
-    Raises :class:`WarehouseLockedError` with one line when another process holds the file.
+    When another process holds the file (DuckDB lets one process write, or several read), the
+    open is retried for ``wait`` seconds (default :func:`lock_wait`) before
+    :class:`WarehouseLockedError` is raised with one line.  A writable open applies the schema
+    and migrates tables created with older keys (:func:`migrate`) unless ``schema`` is False.
+    Every open but ``schema=False`` also brings the ``vectors`` views up to date with the files
+    (:func:`refresh_vectors_view`).
     """
     wh = resolve_warehouse(path)
     if read_only and not wh.exists():
-        raise QkwhError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
+        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
     if not read_only:
         wh.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        con = duckdb.connect(str(wh), read_only=read_only)
-    except duckdb.IOException as exc:  # the file lock of another process
-        raise _lock_error(wh, exc) from None
-    if not read_only:
-        con.execute(SCHEMA_SQL.read_text())
-        create_analysis_tables(con)
+    deadline = time.monotonic() + (lock_wait() if wait is None else wait)
+    pause = 0.02
+    while True:
+        try:
+            con = duckdb.connect(str(wh), read_only=read_only)
+            break
+        except duckdb.IOException as exc:  # the file lock of another process
+            error = _lock_error(wh, exc, lock_wait() if wait is None else wait)
+            if not isinstance(error, WarehouseLockedError) or time.monotonic() + pause > deadline:
+                raise error from None
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.25)
+    if not read_only and schema:
+        try:
+            con.execute(SCHEMA_SQL.read_text())
+            create_analysis_tables(con)
+            migrate(con)
+        except BaseException:
+            con.close()
+            raise
     _register_remote(con)
-    refresh_vectors_view(con, read_only=read_only)
+    if schema:  # schema=False: the compute writer's per-batch open, which never reads vectors
+        refresh_vectors_view(con, read_only=read_only)
     return con
+
+
+# ---------------------------------------------------------------------------------------------
+# migration of warehouses created with older keys
+# ---------------------------------------------------------------------------------------------
+
+
+def _schema_ddl(table: str) -> str:
+    """The ``CREATE TABLE`` statement of ``table`` in warehouse/schema.sql."""
+    m = re.search(rf"CREATE TABLE IF NOT EXISTS {re.escape(table)} \((.*?)\n\);", SCHEMA_SQL.read_text(), re.S)
+    if not m:  # pragma: no cover - every migrated table is in the schema
+        raise QkwhError(f"schema.sql has no table {table}")
+    return m.group(0)
+
+
+def _primary_keys(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
+    rows = con.execute(
+        "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
+        "WHERE constraint_type = 'PRIMARY KEY' AND schema_name = 'main' AND database_name = current_database()"
+    ).fetchall()
+    return {t: list(cols) for t, cols in rows}
+
+
+def tables_to_migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Per-head result tables (and head_runs) whose primary key lacks config_id: created by a qkwh
+    that kept one parameter set per head."""
+    keys = _primary_keys(con)
+    return [t for t in compute_tables() if t in keys and "config_id" not in keys[t]]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Give every per-head table and head_runs the key with config_id, in one transaction.
+
+    Each such table is rebuilt from the schema and its rows copied (nothing is lost: the old key
+    was stricter than the new one).  Returns the tables migrated (none on a current warehouse).
+    """
+    old = tables_to_migrate(con)
+    if not old:
+        return []
+    with transaction(con):
+        for table in old:
+            new = f"{table}__qkwh_migrating"
+            con.execute(_schema_ddl(table).replace(f"CREATE TABLE IF NOT EXISTS {table} (",
+                                                   f"CREATE TABLE {quote_ident(new)} (", 1))
+            have = {r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                "AND table_name = ?", [table]).fetchall()}
+            cols = [r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                "AND table_name = ? ORDER BY ordinal_position", [new]).fetchall() if r[0] in have]
+            names = ", ".join(quote_ident(c) for c in cols)
+            con.execute(f"INSERT INTO {quote_ident(new)} ({names}) SELECT {names} FROM {quote_ident(table)}")
+            con.execute(f"DROP TABLE {quote_ident(table)}")
+            con.execute(f"ALTER TABLE {quote_ident(new)} RENAME TO {quote_ident(table)}")
+    log.info("migrated %s to keys with config_id", ", ".join(old))
+    return old
 
 
 def _register_remote(con: duckdb.DuckDBPyConnection) -> None:
@@ -63,13 +160,14 @@ def _register_remote(con: duckdb.DuckDBPyConnection) -> None:
         register(con)
 
 
-def _lock_error(wh: Path, exc: Exception) -> Exception:
+def _lock_error(wh: Path, exc: Exception, waited: float = 0.0) -> Exception:
     text = str(exc)
     if _LOCK_RE.search(text):
         pid = _PID_RE.search(text)
         who = f" (process {pid.group(1)})" if pid else ""
         return WarehouseLockedError(
-            f"warehouse {wh} is locked by another process{who}; close that process and retry"
+            f"warehouse {wh} is locked by another process{who}; close that process and retry "
+            f"(waited {waited:g} s; $QKWH_LOCK_TIMEOUT sets how long)"
         )
     return QkwhError(f"cannot open warehouse {wh}: {text.splitlines()[0]}")
 
@@ -152,13 +250,14 @@ def create_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
             key="".join(f", {quote_ident(c)}" for c in table.key)))
 
 
-def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, object]) -> int:
-    """Insert rows given as columns (lists or numpy/arrow arrays) by column name."""
+def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
+    """Insert rows given as an Arrow table or as columns (lists or numpy/arrow arrays), by
+    column name."""
     import pyarrow as pa
 
-    if table not in CATALOG_TABLES + compute_tables() + ("run_config",):
+    if table not in CATALOG_TABLES + compute_tables() + ("run_config", "current_config", "mart_builds"):
         raise ValueError(f"not a qkwh table: {table!r}")
-    data = pa.table({k: _as_arrow(v) for k, v in columns.items()})
+    data = columns if isinstance(columns, pa.Table) else pa.table({k: _as_arrow(v) for k, v in columns.items()})
     if data.num_rows == 0:
         return 0
     con.register("_qkwh_insert", data)

@@ -94,9 +94,14 @@ CREATE TABLE IF NOT EXISTS run_config (
     analysis      VARCHAR NOT NULL,              -- a registered analysis: pca | rotation | plasticity | ...
     code_version  VARCHAR NOT NULL,
     params_json   VARCHAR NOT NULL,              -- every parameter that influences the analysis
-    created_at    TIMESTAMP NOT NULL
+    created_at    TIMESTAMP NOT NULL,
+    name          VARCHAR                        -- optional name of the parameter set (`qkwh compute --name`)
 );
+-- warehouses created before parameter sets had names get the column here (idempotent)
+ALTER TABLE run_config ADD COLUMN IF NOT EXISTS name VARCHAR;
 
+-- One row per head, analysis and parameter set computed: several sets of one head are kept side
+-- by side (config_id is part of every per-head key; `qkwh runs` lists and drops them).
 CREATE TABLE IF NOT EXISTS head_runs (
     model_id           VARCHAR NOT NULL,
     layer              INTEGER NOT NULL,
@@ -106,7 +111,7 @@ CREATE TABLE IF NOT EXISTS head_runs (
     input_fingerprint  VARCHAR NOT NULL,         -- q/k file fingerprints + model context
     computed_at        TIMESTAMP NOT NULL,
     seconds            DOUBLE,
-    PRIMARY KEY (model_id, layer, q_head, analysis)
+    PRIMARY KEY (model_id, layer, q_head, analysis, config_id)
 );
 
 -- The parameter set each (model, analysis) currently reports: the marts read the per-head rows
@@ -120,8 +125,19 @@ CREATE TABLE IF NOT EXISTS current_config (
     PRIMARY KEY (model_id, analysis)
 );
 
+-- Written by `qkwh build` after a successful full build (one row: the last build): for each model
+-- in the marts, a hash of what they read (its catalog and the per-head results of its current
+-- parameter sets).  A model whose hash differs today, or that is missing here, has stale marts
+-- (`qkwh status`, `qkwh report`, `qkwh sql` say so).
+CREATE TABLE IF NOT EXISTS mart_builds (
+    built_at      TIMESTAMP NOT NULL,
+    inputs_json   VARCHAR NOT NULL               -- {model_id: hash of qkwh/sql/mart_inputs.sql} at build time
+);
+
 ------------------------------------------------------------------------------------------------
--- Per-head results (docs/metrics/).  Every table carries config_id -> run_config.
+-- Per-head results (docs/metrics/).  Every table carries config_id -> run_config, and config_id
+-- is part of every key: the rows of several parameter sets of one head are kept side by side.
+-- (Warehouses created with the older keys are migrated by qkwh.store.connect, rows kept.)
 ------------------------------------------------------------------------------------------------
 
 -- combined Q/K PCA: docs/metrics/pca.md
@@ -133,7 +149,7 @@ CREATE TABLE IF NOT EXISTS pca_components (
     sign_flipped BOOLEAN, anchor VARCHAR,
     mean_q DOUBLE, mean_k DOUBLE, var_q DOUBLE, var_k DOUBLE,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, pc)
+    PRIMARY KEY (model_id, layer, q_head, config_id, pc)
 );
 
 CREATE TABLE IF NOT EXISTS pca_heads (
@@ -145,7 +161,7 @@ CREATE TABLE IF NOT EXISTS pca_heads (
     pos_var_q_exact DOUBLE, pos_var_k_exact DOUBLE,
     qk_sep_pc0 DOUBLE, fisher_pc0 DOUBLE, qk_acc_pc01 DOUBLE,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head)
+    PRIMARY KEY (model_id, layer, q_head, config_id)
 );
 
 -- For plots: the canonicalised principal axes and the pooled mean of each head, kept
@@ -155,7 +171,7 @@ CREATE TABLE IF NOT EXISTS pca_axes (
     axis VARCHAR NOT NULL,                       -- 'mean' | 'pc0' .. 'pc9'
     vec FLOAT[],
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, axis)
+    PRIMARY KEY (model_id, layer, q_head, config_id, axis)
 );
 
 -- planar rotation model: docs/metrics/rotation.md
@@ -176,7 +192,7 @@ CREATE TABLE IF NOT EXISTS rotation_heads (
     n_active_pairs INTEGER, active_var_frac DOUBLE,
     cos_b_bc DOUBLE,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head)
+    PRIMARY KEY (model_id, layer, q_head, config_id)
 );
 
 CREATE TABLE IF NOT EXISTS rotation_pairs (
@@ -185,7 +201,7 @@ CREATE TABLE IF NOT EXISTS rotation_pairs (
     sv_var_share DOUBLE, angle_r DOUBLE, angle_r_circ DOUBLE, omega_pair DOUBLE,
     angle_r_circ_pm DOUBLE, omega_pair_pm DOUBLE, qk_acc DOUBLE, active BOOLEAN,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, pair)
+    PRIMARY KEY (model_id, layer, q_head, config_id, pair)
 );
 
 -- vec is FLOAT[] (a list) rather than FLOAT[d]: one table holds models with different d.
@@ -196,7 +212,7 @@ CREATE TABLE IF NOT EXISTS rotation_axes (
     axis VARCHAR NOT NULL,                       -- 'a' | 'b' | 'b_centroid' | 'mean' | 'w0' ..
     vec FLOAT[],
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, axis)
+    PRIMARY KEY (model_id, layer, q_head, config_id, axis)
 );
 
 -- attention plasticity: docs/metrics/plasticity.md
@@ -214,7 +230,7 @@ CREATE TABLE IF NOT EXISTS plasticity_heads (
     context_length INTEGER,
     cov_mode VARCHAR, eligibility VARCHAR, pairs VARCHAR, empirical BOOLEAN,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head)
+    PRIMARY KEY (model_id, layer, q_head, config_id)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_buckets (
@@ -234,7 +250,7 @@ CREATE TABLE IF NOT EXISTS plasticity_buckets (
     gauss_gap_se DOUBLE,                         -- SE of ap_bucket - ap_bucket_empirical (paired)
     mode VARCHAR,                                -- '<pairs>/<cov_mode>/<eligibility>'
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, q_bucket)
+    PRIMARY KEY (model_id, layer, q_head, config_id, q_bucket)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_heatmap (
@@ -244,7 +260,7 @@ CREATE TABLE IF NOT EXISTS plasticity_heatmap (
     dm_bin INTEGER NOT NULL,                     -- floor((tau_j - (s1 + s2)/2) / W)
     n BIGINT, sum_pp DOUBLE, sum_pp2 DOUBLE,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, q_bucket, dx_bin, dm_bin)
+    PRIMARY KEY (model_id, layer, q_head, config_id, q_bucket, dx_bin, dm_bin)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_components (
@@ -252,5 +268,5 @@ CREATE TABLE IF NOT EXISTS plasticity_components (
     component INTEGER NOT NULL,
     component_r2 DOUBLE, component_weight DOUBLE,
     config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, component)
+    PRIMARY KEY (model_id, layer, q_head, config_id, component)
 );

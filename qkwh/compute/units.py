@@ -81,23 +81,30 @@ class GroupTask:
     # the declarations of those analyses, carried along so a worker process runs what the
     # parent registered (an analysis registered at run time included)
     declarations: tuple[Analysis, ...] = ()
+    config_ids: tuple[tuple[str, str], ...] = ()  # (analysis, config_id): results leave as keyed Arrow
 
     @property
     def n_heads(self) -> int:
         return len(self.heads)
 
 
-def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str], tuple[str, str]],
+def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str, str], str],
          analyses: tuple[str, ...], config_ids: dict[str, str], config: RunConfig, *,
          force: bool = False) -> list[GroupTask]:
-    """Group heads by k file, keeping only the (head, analysis) pairs that need computing."""
+    """Group heads by k file, keeping only the (head, analysis) pairs that need computing.
+
+    ``done`` maps (model_id, layer, q_head, analysis, config_id) to the input fingerprint its
+    rows were computed from (head_runs): a head is skipped for an analysis when this run's set
+    has rows computed from the same inputs.
+    """
     groups: dict[tuple[str, int, int], list[tuple[HeadUnit, tuple[str, ...]]]] = {}
     for u in units:
         fp = u.input_fingerprint()
         need = tuple(a for a in analyses
-                     if force or done.get((*u.key, a)) != (config_ids[a], fp))
+                     if force or done.get((*u.key, a, config_ids[a])) != fp)
         if need:
             groups.setdefault((u.model_id, u.layer, u.k_head), []).append((u, need))
     declarations = tuple(registry.get(a) for a in analyses)
-    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations)
+    ids = tuple(sorted(config_ids.items()))
+    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations, ids)
             for g in groups.values()]

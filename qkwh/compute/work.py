@@ -4,7 +4,9 @@
 bulk path (:func:`head_data`, from the files) and the SQL functions (:mod:`qkwh.udf`) alike, and
 :func:`run_analyses` the one place the registered analyses are run on it.
 
-Runs in worker processes: no DuckDB here (the parent process is the only writer).
+Runs in worker processes: no DuckDB here (the parent process is the only writer).  A head's
+results leave the worker as Arrow tables keyed like the warehouse rows (:func:`head_tables`), so
+the parent writes them without converting anything.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 
 from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, HeadData
@@ -27,9 +30,41 @@ from qkwh.sniffed.reader import FileData, read_file
 @dataclass
 class HeadOutcome:
     unit: HeadUnit
-    results: dict[str, AnalysisResult]  # analysis -> its tables
+    results: dict[str, AnalysisResult]  # analysis -> its tables (empty once converted to ``tables``)
     seconds: float
     error: str | None = None
+    tables: dict[str, pa.Table] | None = None  # warehouse table -> rows (head key and config_id in place)
+    analyses: tuple[str, ...] = ()  # the analyses whose rows ``tables`` holds
+
+
+def _arrow_column(values: object) -> pa.Array:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, np.ndarray) and values.ndim == 2:  # rows of vectors -> list<float32>
+        flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel())
+        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(pa.float32()))
+    if isinstance(values, np.ndarray) and values.dtype == object:
+        return pa.array(values.tolist())
+    return pa.array(values)
+
+
+def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
+                config_ids: dict[str, str]) -> dict[str, pa.Table]:
+    """One head's results as Arrow tables keyed like the warehouse rows: model_id, layer, q_head,
+    k_head and config_id, then the analysis' columns.  The writer only concatenates them."""
+    out: dict[str, pa.Table] = {}
+    for analysis, result in results.items():
+        for table, cols in result.tables.items():
+            if not cols:
+                continue
+            n = len(next(iter(cols.values())))
+            key = {"model_id": pa.array([unit.model_id] * n, pa.string()),
+                   "layer": pa.array(np.full(n, unit.layer, dtype=np.int32)),
+                   "q_head": pa.array(np.full(n, unit.q_head, dtype=np.int32)),
+                   "k_head": pa.array(np.full(n, unit.k_head, dtype=np.int32)),
+                   "config_id": pa.array([config_ids[analysis]] * n, pa.string())}
+            out[table] = pa.table({**key, **{c: _arrow_column(v) for c, v in cols.items()}})
+    return out
 
 
 #: one kind's rows of a head: vectors (n, d) float32, then position, example_id, bucket (n,) int64
@@ -96,7 +131,12 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
         try:
             head = head_data(unit, read_file(unit.q_path), k_data, task.config)
             results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config)
-            outcomes.append(HeadOutcome(unit, results, time.perf_counter() - t0))
+            if task.config_ids:  # ship Arrow, ready to insert
+                tables = head_tables(unit, results, dict(task.config_ids))
+                outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0, tables=tables,
+                                            analyses=tuple(results)))
+            else:
+                outcomes.append(HeadOutcome(unit, results, time.perf_counter() - t0))
         except Exception as exc:  # one bad head must not sink the run; reported by the runner
             outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"))
     return outcomes

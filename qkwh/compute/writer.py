@@ -1,23 +1,35 @@
-"""Write computed heads: every table of every analysis they ran, in one transaction.
+"""Write computed heads: every table of every analysis they ran, in batches.
 
-The unit of writing is a unit of work (the heads sharing a k file): its heads are written
-together, each head whole, so an interrupted run never leaves part of a head.  Rows of a table
-are inserted with one statement per batch, and old rows are deleted only for heads that had
-results before (a fresh run deletes nothing).
+Results reach the parent as Arrow tables (:func:`head_tables`, built in the worker with the head
+key and config_id already in place), so writing is concatenation plus one ``INSERT`` per table.
+
+A batch holds several units of work (the heads sharing a k file); it is written in one
+transaction with its head_runs rows and the current_config update, each head whole, so an
+interrupted run (Ctrl-C, kill -9) never leaves part of a head and the next run resumes.
+:class:`BatchWriter` opens the warehouse for each batch and closes it afterwards, so other
+processes (``qkwh sql``, ``qkwh report``, ``duckdb -readonly``) can read between batches; it
+waits when one of them holds the file.
+
+Rows are keyed by (head, config_id): a parameter set never replaces another set's rows.  Old
+rows of the same set are deleted only for heads that had them before (a fresh run deletes
+nothing).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import duckdb
-import numpy as np
+import pyarrow as pa
 
 from qkwh import store
 from qkwh.compute import registry
-from qkwh.compute.work import HeadOutcome
+from qkwh.compute.work import HeadOutcome, head_tables
+from qkwh.errors import InputError, QkwhError
 from qkwh.params import RunConfig
 
 
@@ -29,7 +41,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-HeadAnalysis = tuple[str, int, int, str]  # (model_id, layer, q_head, analysis)
+HeadSet = tuple[str, int, int, str, str]  # (model_id, layer, q_head, analysis, config_id)
+
+_RUN_COLUMNS = ("model_id", "layer", "q_head", "analysis", "config_id", "input_fingerprint", "computed_at",
+                "seconds")
 
 
 def _now() -> dt.datetime:
@@ -37,74 +52,188 @@ def _now() -> dt.datetime:
 
 
 def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids: dict[str, str],
-                   code_version: str | Mapping[str, str]) -> None:
-    """Insert the run_config rows of this run (once per config_id); ``code_version`` is one
-    string or one per analysis."""
+                   code_version: str | Mapping[str, str], name: str | None = None) -> None:
+    """Insert the run_config rows of this run (once per config_id), named ``name`` if given;
+    ``code_version`` is one string or one per analysis.
+
+    A name labels one parameter set per analysis: raises :class:`InputError` when ``name``
+    already labels another set of the same analysis, or when this set already has another name.
+    """
     for analysis, cid in config_ids.items():
-        if con.execute("SELECT 1 FROM run_config WHERE config_id = ?", [cid]).fetchone():
-            continue
+        if name is not None:
+            other = con.execute("SELECT config_id FROM run_config WHERE name = ? AND analysis = ? AND config_id <> ?",
+                                [name, analysis, cid]).fetchone()
+            if other:
+                raise InputError(f"the name {name!r} already labels another {analysis} parameter set "
+                                 f"({other[0]}): choose another name, or `qkwh runs drop {name}` first")
+        row = con.execute("SELECT name FROM run_config WHERE config_id = ?", [cid]).fetchone()
         cv = code_version if isinstance(code_version, str) else code_version[analysis]
-        con.execute("INSERT INTO run_config VALUES (?, ?, ?, ?, ?)",
-                    [cid, analysis, cv, json.dumps(config.analysis_params(analysis), sort_keys=True), _now()])
+        if row is None:
+            con.execute("INSERT INTO run_config (config_id, analysis, code_version, params_json, created_at, name) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        [cid, analysis, cv, json.dumps(config.analysis_params(analysis), sort_keys=True),
+                         _now(), name])
+        elif name is not None and row[0] != name:
+            if row[0] is not None:
+                raise InputError(f"these {analysis} parameters are already the set {row[0]!r} ({cid}): "
+                                 f"compute with --name {row[0]} or without --name")
+            con.execute("UPDATE run_config SET name = ? WHERE config_id = ?", [name, cid])
 
 
-def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for name in parts[0]:
-        arrays = [p[name] for p in parts]
-        out[name] = np.concatenate(arrays) if arrays[0].ndim == 1 else np.vstack(arrays)
-    return out
+# ---------------------------------------------------------------------------------------------
+# parent side
+# ---------------------------------------------------------------------------------------------
+
+
+def _analyses(o: HeadOutcome) -> tuple[str, ...]:
+    return o.analyses or tuple(o.results)
 
 
 def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome], config_ids: dict[str, str],
-                previous: set[HeadAnalysis]) -> int:
-    """Replace the rows of every (head, analysis) in ``outcomes`` and mark them in head_runs.
+                previous: set[HeadSet], *, make_current: bool = True,
+                made_current: set[tuple[str, str]] | None = None) -> int:
+    """Write ``outcomes`` (whole heads) in one transaction: their rows, head_runs, current_config.
 
-    ``previous`` holds the (head, analysis) pairs that already have rows (their old rows are
-    deleted first); it is updated with what was written.  Returns the number of heads written.
+    ``previous`` holds the (head, analysis, config_id) that already have rows: those rows are
+    deleted first (recompute of the same set); it is updated with what was written.  Other
+    parameter sets are never touched.  ``make_current``: the set written becomes the one the
+    marts report for each (model, analysis); else it becomes current only where none is.
+    ``made_current`` (kept across the batches of a run) holds the (model, analysis) already
+    settled by an earlier batch: they are left alone, so a `qkwh runs use` during the run holds.
+    Returns the number of heads written.
     """
-    outcomes = [o for o in outcomes if o.results]
+    outcomes = [o for o in outcomes if not o.error and _analyses(o)]
     if not outcomes:
         return 0
-    rows: dict[str, list[dict[str, np.ndarray]]] = {}
-    stale = [(o.unit.key, a) for o in outcomes for a in o.results if (*o.unit.key, a) in previous]
-    runs: dict[str, list] = {k: [] for k in ("model_id", "layer", "q_head", "analysis", "config_id",
-                                              "input_fingerprint", "computed_at", "seconds")}
+    parts: dict[str, list[pa.Table]] = {}
+    runs: dict[str, list] = {k: [] for k in _RUN_COLUMNS}
     now = _now()
+    written: list[HeadSet] = []
     for o in outcomes:
         u = o.unit
+        tables = o.tables if o.tables is not None else head_tables(u, o.results, config_ids)
+        for name, t in tables.items():
+            parts.setdefault(name, []).append(t)
         fp = u.input_fingerprint()
-        for analysis, result in o.results.items():
-            expected = registry.get(analysis).table_names
-            unknown = set(result.tables) - set(expected)
-            if unknown:
-                raise ValueError(f"{analysis} produced unknown table(s) {sorted(unknown)}")
-            for table in expected:
-                cols = result.tables.get(table)
-                if not cols:
-                    continue
-                n = len(next(iter(cols.values())))
-                key = {"model_id": np.full(n, u.model_id, dtype=object), "layer": np.full(n, u.layer),
-                       "q_head": np.full(n, u.q_head), "k_head": np.full(n, u.k_head),
-                       "config_id": np.full(n, config_ids[analysis], dtype=object)}
-                rows.setdefault(table, []).append({**key, **cols})
-            for name, value in zip(runs, (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis], fp,
-                                          now, o.seconds)):
-                runs[name].append(value)
+        for analysis in _analyses(o):
+            written.append((*u.key, analysis, config_ids[analysis]))
+            for col, value in zip(_RUN_COLUMNS, (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis],
+                                                 fp, now, o.seconds)):
+                runs[col].append(value)
+    unknown = set(parts) - {t for ts in registry.analysis_tables().values() for t in ts}
+    if unknown:
+        raise ValueError(f"results hold unknown table(s) {sorted(unknown)}")
+    stale = [w for w in written if w in previous]
     with store.transaction(con):
-        for key, analysis in stale:
-            for table in registry.get(analysis).table_names:
-                con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
-                            list(key))
-            con.execute("DELETE FROM head_runs WHERE model_id = ? AND layer = ? AND q_head = ? AND analysis = ?",
-                        [*key, analysis])
-        for table, parts in rows.items():
-            store.insert_columns(con, table, _concat(parts))
+        if stale:
+            _delete_sets(con, stale)
+        for name in [t for ts in registry.analysis_tables().values() for t in ts]:
+            if name in parts:
+                tables = parts[name]
+                data = tables[0] if len(tables) == 1 else \
+                    pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+                store.insert_columns(con, name, data)
         store.insert_columns(con, "head_runs", runs)
         # the marts report each (model, analysis) under exactly one parameter set
-        current = sorted({(o.unit.model_id, a) for o in outcomes for a in o.results})
-        con.executemany(store.load_sql("set_current_config"),
-                        [[m, a, config_ids[a], now] for m, a in current])
-    for o in outcomes:
-        previous.update((*o.unit.key, a) for a in o.results)
+        current = sorted({(o.unit.model_id, a) for o in outcomes for a in _analyses(o)} - (made_current or set()))
+        if current:
+            sql = store.load_sql("set_current_config" if make_current else "set_current_config_if_missing")
+            con.executemany(sql, [[m, a, config_ids[a], now] for m, a in current])
+    previous.update(written)
+    if made_current is not None:
+        made_current.update(current)
     return len(outcomes)
+
+
+def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
+    """Delete the rows of these (head, analysis, config_id) from their tables and head_runs."""
+    by_analysis: dict[str, list[HeadSet]] = {}
+    for k in keys:
+        by_analysis.setdefault(k[3], []).append(k)
+    for analysis, ks in by_analysis.items():
+        rel = pa.table({"model_id": [k[0] for k in ks], "layer": [k[1] for k in ks],
+                        "q_head": [k[2] for k in ks], "config_id": [k[4] for k in ks]})
+        con.register("_qkwh_stale", rel)
+        try:
+            for table in (*registry.get(analysis).table_names, "head_runs"):
+                extra = f" AND t.analysis = {store.quote_literal(analysis)}" if table == "head_runs" else ""
+                con.execute(f"DELETE FROM {store.quote_ident(table)} AS t USING _qkwh_stale AS s "
+                            "WHERE t.model_id = s.model_id AND t.layer = s.layer AND t.q_head = s.q_head "
+                            f"AND t.config_id = s.config_id{extra}")
+        finally:
+            con.unregister("_qkwh_stale")
+
+
+class BatchWriter:
+    """Collect finished heads and write them in batches, holding the warehouse only while writing.
+
+    A batch is written when it holds ``target`` heads or when ``max_seconds`` have passed since
+    the last write.  The target starts at one head (so the first results are visible at once)
+    and grows fourfold with every batch up to ``max_heads``: each batch costs a fixed ~0.1 s
+    (open, one INSERT per table, commit, checkpoint on close), so large batches keep the cost
+    per head low while readers still get the file between batches.  Each batch: open the warehouse (waiting
+    up to ``lock_wait`` seconds while a reader holds it), check that the models were not
+    re-ingested or removed since the run was planned (``catalog``: model_id -> source
+    fingerprint), write one transaction (:func:`write_heads`), close.
+    """
+
+    def __init__(self, warehouse: str | Path | None, config_ids: dict[str, str], previous: set[HeadSet], *,
+                 catalog: dict[str, str], make_current: bool = True, max_heads: int = 1024,
+                 max_seconds: float = 30.0, lock_wait: float | None = None, threads: int | None = None):
+        self.warehouse = warehouse
+        self.config_ids = config_ids
+        self.previous = previous
+        self.catalog = catalog
+        self.make_current = make_current
+        self.max_heads = max(int(max_heads), 1)
+        self.max_seconds = max_seconds
+        self.lock_wait = store.lock_wait(600.0) if lock_wait is None else lock_wait
+        self.threads = threads
+        self.target = 1
+        self.made_current: set[tuple[str, str]] = set()
+        self.pending: list[HeadOutcome] = []
+        self.n_written = 0
+        self.n_batches = 0
+        self.seconds = 0.0  # time spent writing (open, transaction, close)
+        self._last = time.monotonic()
+
+    def add(self, outcomes: Iterable[HeadOutcome]) -> None:
+        """Queue finished heads (failed ones are ignored); write a batch when one is due."""
+        self.pending += [o for o in outcomes if not o.error]
+        n = len(self.pending)
+        if n and (n >= self.target or time.monotonic() - self._last >= self.max_seconds):
+            self.flush()
+
+    def flush(self) -> int:
+        """Write every queued head now (one transaction).  Returns the heads written."""
+        batch, self.pending = self.pending, []  # a failed write loses only this batch: recomputed next run
+        if not batch:
+            return 0
+        t0 = time.perf_counter()
+        con = store.connect(self.warehouse, wait=self.lock_wait, schema=False)
+        try:
+            if self.threads:
+                con.execute(f"SET threads TO {int(self.threads)}")
+            self._check_catalog(con, {o.unit.model_id for o in batch})
+            n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
+                            made_current=self.made_current)
+        finally:
+            con.close()
+            self.seconds += time.perf_counter() - t0
+            self._last = time.monotonic()
+        self.n_written += n
+        self.n_batches += 1
+        self.target = min(self.target * 4, self.max_heads)
+        return n
+
+    def _check_catalog(self, con: duckdb.DuckDBPyConnection, models: set[str]) -> None:
+        rows = dict(con.execute("SELECT model_id, source_fingerprint FROM models WHERE list_contains(?, model_id)",
+                                [sorted(models)]).fetchall())
+        changed = sorted(m for m in models if rows.get(m) != self.catalog.get(m))
+        if changed:
+            raise QkwhError(f"model {', '.join(changed)} was re-ingested or removed while compute ran; "
+                            "its latest results were not written: run `qkwh compute` again")
+
+    def close(self) -> None:
+        """Write what is still queued (also after Ctrl-C: the heads received are whole)."""
+        self.flush()

@@ -4,7 +4,9 @@ Every other figure reads marts only (``Marts.rows``).  No mart holds per-row pro
 collages read the head's parquet rows (located through the ``files`` catalog, the same files the
 ``vectors`` view reads) and the axes that ``qkwh compute`` stored (``rotation_axes``,
 ``pca_axes``); this module is the only place in the report layer that touches those tables.
-Projection is a presentation transform; no axis or metric is recomputed here.
+Projection is a presentation transform; no axis or metric is recomputed here.  Like the marts,
+only the axes of the parameter set the model's marts report are read (``model_summary``'s
+``config_id_pca`` / ``config_id_rotation``), so a warehouse holding several sets draws one.
 
 * {a, b} plane (docs/metrics/rotation.md): raw, uncentred projections ``aᵀx``, ``bᵀx``.
 * PCA plane (docs/metrics/pca.md): ``z_i = (x − mean)·pc_i`` with the stored pooled mean.
@@ -30,6 +32,19 @@ from qkwh.reports.base import Marts, NoData, head_label
 from qkwh.store import missing_files_message
 
 
+_SET_COLUMN = {"pca_axes": "config_id_pca", "rotation_axes": "config_id_rotation"}
+
+
+def _set_filter(marts: Marts, table: str, model_id: str) -> tuple[str, list[Any]]:
+    """SQL condition and parameters keeping the rows of the parameter set the marts report (none
+    when the marts predate the config_id columns)."""
+    col = _SET_COLUMN[table]
+    rows = marts.rows("model_summary", "model_id = ?", [model_id]) if marts.has("model_summary") else []
+    if not rows or col not in rows[0]:
+        return "", []
+    return " AND config_id IS NOT DISTINCT FROM ?", [rows[0][col]]
+
+
 @dataclass(frozen=True)
 class Head:
     layer: int
@@ -45,19 +60,21 @@ def heads_with_axes(marts: Marts, table: str, model_id: str, axes: Sequence[str]
     """Heads of ``model_id`` that have every axis of ``axes`` in ``table``, sorted."""
     if not marts.has(table):
         raise NoData(f"the warehouse has no `{table}` table (recompute with a qkwh that stores it)")
+    cond, args = _set_filter(marts, table, model_id)
     rows = marts.con.execute(
         f'SELECT layer, q_head, any_value(k_head) FROM "{table}" '
-        "WHERE model_id = ? AND list_contains(?::VARCHAR[], axis) "
+        f"WHERE model_id = ? AND list_contains(?::VARCHAR[], axis){cond} "
         "GROUP BY layer, q_head HAVING count(DISTINCT axis) = ? ORDER BY layer, q_head",
-        [model_id, list(axes), len(set(axes))]).fetchall()
+        [model_id, list(axes), *args, len(set(axes))]).fetchall()
     return [Head(int(l), int(q), int(k)) for l, q, k in rows]
 
 
 def complement_axes(marts: Marts, model_id: str, head: Head) -> list[int]:
     """Indices j of the complement directions ``w<j>`` stored for ``head``, sorted."""
+    cond, args = _set_filter(marts, "rotation_axes", model_id)
     names = marts.con.execute(
         "SELECT axis FROM rotation_axes WHERE model_id = ? AND layer = ? AND q_head = ? "
-        "AND regexp_full_match(axis, 'w[0-9]+')", [model_id, head.layer, head.q_head]).fetchall()
+        f"AND regexp_full_match(axis, 'w[0-9]+'){cond}", [model_id, head.layer, head.q_head, *args]).fetchall()
     return sorted(int(n[0][1:]) for n in names)
 
 
@@ -70,10 +87,11 @@ def seeded_sample(heads: list[Head], n: int = 4, seed: int = 42) -> list[Head]:
 
 
 def axes_of(marts: Marts, table: str, model_id: str, head: Head, axes: Sequence[str]) -> dict[str, np.ndarray]:
+    cond, args = _set_filter(marts, table, model_id)
     rows = marts.con.execute(
         f'SELECT axis, vec FROM "{table}" WHERE model_id = ? AND layer = ? AND q_head = ? '
-        "AND list_contains(?::VARCHAR[], axis)",
-        [model_id, head.layer, head.q_head, list(axes)]).fetchall()
+        f"AND list_contains(?::VARCHAR[], axis){cond}",
+        [model_id, head.layer, head.q_head, list(axes), *args]).fetchall()
     out = {a: np.asarray(v, dtype=np.float64) for a, v in rows if v is not None}
     missing = [a for a in axes if a not in out]
     if missing:

@@ -1,6 +1,7 @@
 -- Legacy head_bucket_plasticity.csv (older attention-plasticity tools): one row per head and query
 -- bucket; `bucket` and `plasticity` are the old names of q_bucket and ap_bucket, n_pairs is
 -- the number of pairs evaluated.  $1 = model id, or NULL for every model.
+-- Only the parameter set the marts report (current_config) is written.
 SELECT
     model_id AS model,
     layer,
@@ -21,6 +22,8 @@ SELECT
     mean_abs_z,
     mode,
     config_id
-FROM plasticity_buckets
-WHERE $1 IS NULL OR model_id = $1
+FROM plasticity_buckets AS t
+WHERE ($1 IS NULL OR model_id = $1)
+  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = t.model_id
+              AND cc.analysis = 'plasticity' AND cc.config_id = t.config_id)
 ORDER BY model_id, layer, q_head, q_bucket

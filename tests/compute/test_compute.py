@@ -97,8 +97,13 @@ def test_changed_parameter_recomputes_only_that_analysis(computed: Path, tmp_pat
         assert after[t] == before[t]
     assert after["plasticity_buckets"] != before["plasticity_buckets"]
     con = store.connect(db, read_only=True)
-    assert con.execute("SELECT DISTINCT cov_mode FROM plasticity_heads").fetchall() == [("diag",)]
-    assert con.execute("SELECT DISTINCT mode FROM plasticity_buckets").fetchall() == [("sampled/diag/position",)]
+    # the new set is the current one; the first set's rows are kept beside it (config_id in the key)
+    current = ("SELECT DISTINCT {col} FROM {t} AS t JOIN current_config AS c ON c.model_id = t.model_id "
+               "AND c.analysis = 'plasticity' AND c.config_id = t.config_id")
+    assert con.execute(current.format(col="cov_mode", t="plasticity_heads")).fetchall() == [("diag",)]
+    assert con.execute(current.format(col="mode", t="plasticity_buckets")).fetchall() == [("sampled/diag/position",)]
+    assert sorted(con.execute("SELECT cov_mode, count(*) FROM plasticity_heads GROUP BY 1").fetchall()) == \
+        [("diag", N_HEADS), ("full", N_HEADS)]
     assert con.execute("SELECT count(*) FROM run_config WHERE analysis = 'plasticity'").fetchone()[0] == 2
 
 

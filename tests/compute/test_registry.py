@@ -39,10 +39,12 @@ WINDOW = 1500  # tokens; the sample's context is 8192
 runner = CliRunner()
 
 
-def _stored(con, table: str, key: tuple[str, ...]) -> dict[tuple, list[dict]]:
-    """(layer, q_head) -> the head's rows of ``table`` (head key and config_id dropped), in key order."""
+def _stored(con, table: str, key: tuple[str, ...], analysis: str) -> dict[tuple, list[dict]]:
+    """(layer, q_head) -> the head's rows of ``table`` in the analysis's current parameter set
+    (head key and config_id dropped), in key order."""
     order = ", ".join(("layer", "q_head", *key))
-    cur = con.execute(f"SELECT * FROM {table} ORDER BY {order}")
+    cur = con.execute(f"SELECT * FROM {table} WHERE config_id IN (SELECT config_id FROM current_config "
+                      f"WHERE analysis = ?) ORDER BY {order}", [analysis])
     cols = [d[0] for d in cur.description]
     out: dict[tuple, list[dict]] = {}
     for r in cur.fetchall():
@@ -65,7 +67,7 @@ def _assert_sql_equals_bulk(db: Path, config: RunConfig, analyses: tuple[str, ..
         assert len(rows) == N_HEADS
         for i, name in enumerate(analyses):
             decl = registry.get(name)
-            stored = {t.name: _stored(con, t.name, t.key) for t in decl.tables}
+            stored = {t.name: _stored(con, t.name, t.key, name) for t in decl.tables}
             for layer, q_head, *structs in rows:
                 got = dict(structs[i])
                 for t in decl.tables:
@@ -185,9 +187,11 @@ def toy():
 
 
 def _toy_rows(db: Path) -> dict[str, list]:
+    """The toy's rows of its current parameter set (other sets' rows are kept beside them)."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return {t: con.execute(f"SELECT * EXCLUDE (config_id) FROM {t} ORDER BY ALL").fetchall()
+        return {t: con.execute(f"SELECT * EXCLUDE (config_id) FROM {t} WHERE config_id IN "
+                               "(SELECT config_id FROM current_config WHERE analysis = 'toy') ORDER BY ALL").fetchall()
                 for t in ("toy_heads", "toy_buckets")}
     finally:
         con.close()
@@ -208,7 +212,7 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp
 
     def interrupting(con, table, columns):
         calls["n"] += 1
-        if calls["n"] == 10:
+        if calls["n"] == 5:  # inside the second batch's transaction (batches of 1, 4, 16 heads)
             raise KeyboardInterrupt
         return real(con, table, columns)
 
@@ -249,6 +253,9 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp
     assert r.exit_code == 0, r.output
     assert f"computed {N_HEADS} head(s)" in r.output
     second = _toy_rows(db)
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(DISTINCT config_id) FROM toy_heads").fetchone()[0] == 2  # both sets kept
+    con.close()
     assert second["toy_buckets"] == first["toy_buckets"]
     np.testing.assert_allclose([r[5] for r in second["toy_heads"]], [2 * r[5] for r in first["toy_heads"]],
                                rtol=1e-15)

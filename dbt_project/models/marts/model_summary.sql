@@ -7,8 +7,19 @@ with models as (
 ),
 
 catalog_heads as (
-    select model_id, count(*) as n_heads
+    select model_id, count(*) as n_heads, count(*) filter (where has_k_file) as n_heads_analysable
     from {{ ref('stg_heads') }}
+    group by model_id
+),
+
+-- the parameter set each analysis reports (current_config); the staging views read only its rows
+sets as (
+    select
+        model_id,
+        max(config_id) filter (where analysis = 'pca') as config_id_pca,
+        max(config_id) filter (where analysis = 'rotation') as config_id_rotation,
+        max(config_id) filter (where analysis = 'plasticity') as config_id_plasticity
+    from {{ source('qkwh', 'current_config') }}
     group by model_id
 ),
 
@@ -70,6 +81,17 @@ select
     coalesce(p.n_heads_pca, 0) as n_heads_pca,
     coalesce(r.n_heads_rotation, 0) as n_heads_rotation,
     coalesce(pl.n_heads_plasticity, 0) as n_heads_plasticity,
+    -- a current set computed for fewer heads than the model's analysable heads (an interrupted or
+    -- restricted compute) is partial: its means are over the heads it covers
+    coalesce(h.n_heads_analysable, 0) as n_heads_analysable,
+    s.config_id_pca,
+    s.config_id_rotation,
+    s.config_id_plasticity,
+    nullif(concat_ws(',',
+        case when coalesce(p.n_heads_pca, 0) between 1 and coalesce(h.n_heads_analysable, 0) - 1 then 'pca' end,
+        case when coalesce(r.n_heads_rotation, 0) between 1 and coalesce(h.n_heads_analysable, 0) - 1 then 'rotation' end,
+        case when coalesce(pl.n_heads_plasticity, 0) between 1 and coalesce(h.n_heads_analysable, 0) - 1
+             then 'plasticity' end), '') as partial_analyses,
     -- PCA (spec §2.1): per-pc means, head-level means, taxonomy fractions (spec §3)
     {%- for k in range(10) %}
     p.ev_{{ k }},
@@ -154,6 +176,7 @@ select
     be.ruler_128k
 from models as m
 left join catalog_heads as h using (model_id)
+left join sets as s using (model_id)
 left join {{ ref('int_model_pca') }} as p using (model_id)
 left join {{ ref('int_model_rotation') }} as r using (model_id)
 left join {{ ref('int_model_plasticity') }} as pl using (model_id)
