@@ -14,8 +14,10 @@ from pathlib import Path
 import qkwh
 from qkwh.params import RunConfig
 
-_CODE_FILES = ("params.py", "analyses/types.py", "analyses/stats.py", "analyses/pca.py",
-               "analyses/rotation.py", "analyses/plasticity.py", "compute/work.py")
+_CODE_FILES = ("params.py", "analyses/types.py", "analyses/stats.py", "analyses/correlation.py",
+               "analyses/lda.py", "analyses/fourier.py", "analyses/moments.py", "analyses/pca.py",
+               "analyses/rotation.py", "analyses/plasticity.py", "analyses/plasticity_model.py",
+               "analyses/plasticity_pairs.py", "analyses/normality.py", "compute/work.py")
 
 
 def code_version() -> str:
