@@ -142,13 +142,10 @@ def bucketed_rows(x: np.ndarray, bucket: np.ndarray) -> BucketedRows:
     n, d = x.shape
     bkt = np.asarray(bucket, dtype=np.int64)
     order = np.argsort(bkt, kind="stable")
-    xc = np.empty((n, d))
-    if x.dtype == np.float64:
-        np.take(x, order, axis=0, out=xc)
-    else:
-        xc[...] = np.take(x, order, axis=0)  # gather in the input dtype, then one cast
-    mu = xc.mean(axis=0) if n else np.zeros(d)
-    xc -= mu
+    xs = np.take(x, order, axis=0)  # gathered in the input dtype (float32: half the bytes)
+    mu = xs.mean(axis=0, dtype=np.float64) if n else np.zeros(d)
+    xc = np.subtract(xs, mu, dtype=np.float64)  # cast and centre in one pass
+    del xs
     ids, start, count = np.unique(bkt[order], return_index=True, return_counts=True)
     keep = len(ids) * d * d <= BUCKET_SCATTER_MAX_RATIO * max(n, 1) * d
     means = np.empty((len(ids), d))
@@ -315,9 +312,9 @@ def head_moments(head: HeadData) -> HeadMoments:
 
     qc, mu_q = q_rows.xc, q_rows.mu
     sc_q = q_rows.scatter()
-    kc = np.array(head.k, dtype=np.float64, order="C", copy=True)
-    mu_k = kc.mean(axis=0)
-    kc -= mu_k
+    k = np.asarray(head.k)
+    mu_k = k.mean(axis=0, dtype=np.float64)
+    kc = np.subtract(k, mu_k, dtype=np.float64)  # cast and centre in one pass
     sc_k = _gram(kc)
     cr_q, tm, stt = position_moments(qc, t)
     cr_k, sm, sss = position_moments(kc, s)
