@@ -17,7 +17,7 @@ from scipy.linalg import blas
 
 from qkwh.analyses.types import HeadData
 
-__all__ = ["MIN_ROWS", "BucketedRows", "HeadMoments", "bucketed_rows", "centred_scatter", "head_moments", "validate_head", "orient_largest_positive",
+__all__ = ["MIN_ROWS", "HeadMoments", "head_moments", "validate_head", "orient_largest_positive",
            "complement_basis", "cap_rows"]
 
 #: minimum number of q rows and of k rows an analysis accepts (p-values need n - 2 >= 1)
@@ -72,109 +72,17 @@ def complement_basis(axes: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # per-head moments
 # ---------------------------------------------------------------------------------------------
-#: per-bucket scatter matrices are kept (B x d x d) only while they take at most this many times
-#: the bytes of the rows themselves; beyond (tiny buckets), each is recomputed from its rows on demand
-BUCKET_SCATTER_MAX_RATIO: float = 2.0
-
-
-def centred_scatter(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean (d,) and scatter Σ (x - mean)(x - mean)ᵀ (d, d) of the rows of a float64 (m, d) block."""
-    mean = rows.mean(axis=0)
-    return mean, _gram(np.subtract(rows, mean))
-
-
-@dataclass(frozen=True)
-class BucketedRows:
-    """The rows of one class in float64, sorted by bucket (stable) and centred on their mean.
-
-    Every bucket is then a contiguous block of rows, so per-bucket work takes slices, not
-    gathers; per-bucket sums add up to the class's own.
-
-    Attributes
-    ----------
-    xc : (n, d) float64, row i = input row ``order[i]`` minus ``mu``
-    mu : (d,) mean of the input rows (zeros when n = 0)
-    order : (n,) int64 stable argsort of the bucket ids
-    ids, start, count : (B,) bucket ids (ascending), first row and number of rows of each bucket
-    means : (B, d) per-bucket means of ``xc``
-    scatters : (B, d, d) per-bucket scatters Σ (xc - mean_b)(xc - mean_b)ᵀ, or None when they
-        would take more than ``BUCKET_SCATTER_MAX_RATIO`` x the bytes of ``xc`` (then
-        :meth:`bucket_moments` recomputes one from its rows: the same numbers)
-    """
-
-    xc: np.ndarray
-    mu: np.ndarray
-    order: np.ndarray
-    ids: np.ndarray
-    start: np.ndarray
-    count: np.ndarray
-    means: np.ndarray
-    scatters: np.ndarray | None
-
-    def rows(self, i: int) -> slice:
-        """Rows of bucket number ``i`` (0 .. B-1) in ``xc``."""
-        return slice(int(self.start[i]), int(self.start[i] + self.count[i]))
-
-    def bucket_moments(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """(mean (d,), scatter (d, d)) of bucket number ``i``, relative to ``xc``'s rows."""
-        if self.scatters is not None:
-            return self.means[i], self.scatters[i]
-        return centred_scatter(self.xc[self.rows(i)])
-
-    def scatter(self) -> np.ndarray:
-        """(d, d) Σ_i xc_i xc_iᵀ = Σ_b [S_b + n_b m_b m_bᵀ]: the class scatter from the buckets."""
-        d = self.xc.shape[1]
-        total = np.zeros((d, d))
-        for i in range(len(self.ids)):
-            mean, sc = self.bucket_moments(i)
-            total += sc
-            total += float(self.count[i]) * np.outer(mean, mean)
-        return total
-
-
-def bucketed_rows(x: np.ndarray, bucket: np.ndarray) -> BucketedRows:
-    """:class:`BucketedRows` of ``x`` (n, d) grouped by ``bucket`` (n,) ints.
-
-    Cost: one gather + cast to float64, one pass for the mean, and the per-bucket scatters
-    (together the flops of one (n, d) Gram matrix).
-    """
-    x = np.asarray(x)
-    n, d = x.shape
-    bkt = np.asarray(bucket, dtype=np.int64)
-    order = np.argsort(bkt, kind="stable")
-    xs = np.take(x, order, axis=0)  # gathered in the input dtype (float32: half the bytes)
-    mu = xs.mean(axis=0, dtype=np.float64) if n else np.zeros(d)
-    xc = np.subtract(xs, mu, dtype=np.float64)  # cast and centre in one pass
-    del xs
-    ids, start, count = np.unique(bkt[order], return_index=True, return_counts=True)
-    keep = len(ids) * d * d <= BUCKET_SCATTER_MAX_RATIO * max(n, 1) * d
-    means = np.empty((len(ids), d))
-    scatters = np.empty((len(ids), d, d)) if keep else None
-    for i in range(len(ids)):
-        block = xc[int(start[i]):int(start[i] + count[i])]
-        if keep:
-            means[i], scatters[i] = centred_scatter(block)
-        else:
-            means[i] = block.mean(axis=0)
-    return BucketedRows(xc, mu, order.astype(np.int64), ids, start.astype(np.int64), count.astype(np.int64),
-                        means, scatters)
-
-
 @dataclass(frozen=True)
 class HeadMoments:
-    """Float64 copies and first/second moments of one head (shared by PCA, rotation, plasticity).
+    """Float64 copies and first/second moments of one head (shared by PCA and rotation).
 
-    Scatter/cross sums are *unnormalised* (divide by n - 1 or n as needed).  The query rows are in
-    bucket order (``q_rows.order``), the key rows in input order; every statistic here is free of
-    row order.
+    Scatter/cross sums are *unnormalised* (divide by n - 1 or n as needed).
 
     Attributes
     ----------
-    qc : (n_q, d) float64 query rows centred on their class mean (raw row = qc + mu_q), sorted by
-        bucket: ``qc[i]`` is input row ``q_rows.order[i]``
-    kc : (n_k, d) key rows centred on mu_k (input order)
-    t : (n_q,) query positions (float64) in the order of ``qc``;  s : (n_k,) key positions
-    q_rows : the queries by bucket (``q_rows.xc is qc``), with per-bucket means and scatters
+    qc : (n_q, d) float64 query rows centred on their class mean (raw row = qc + mu_q)
+    kc : (n_k, d) key rows centred on mu_k
+    t : (n_q,) query positions (float64);  s : (n_k,) key positions
     mu_q, mu_k : (d,) class means
     scatter_q : (d, d) Σ_i (q_i - mu_q)(q_i - mu_q)ᵀ;  scatter_k likewise
     cross_qt : (d,) Σ_i (q_i - mu_q)(t_i - t̄);  cross_ks : Σ_j (k_j - mu_k)(s_j - s̄)
@@ -198,13 +106,6 @@ class HeadMoments:
     sss: float
     msq_q: float
     msq_k: float
-    q_rows: BucketedRows
-
-    def q_input_rows(self, idx: np.ndarray) -> np.ndarray:
-        """Centred query rows of the given *input* row indices (n,) -> (n, d)."""
-        rank = np.empty_like(self.q_rows.order)
-        rank[self.q_rows.order] = np.arange(rank.size)
-        return self.qc[rank[np.asarray(idx, dtype=np.int64)]]
 
     @property
     def n_q(self) -> int:
@@ -295,35 +196,30 @@ def _gram(xc: np.ndarray) -> np.ndarray:
 def head_moments(head: HeadData) -> HeadMoments:
     """The :class:`HeadMoments` of ``head``.
 
-    Cost O((n_q + n_k) d²): the only pass over the rows that is quadratic in d.  The query
-    scatter is the sum of the per-bucket ones (which the plasticity analysis reuses), so the
-    queries are gone over once.  Callers that run several analyses on the same head compute it
-    once and pass it to each (``moments=``).
+    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
+    PCA and rotation on the same head compute it once and pass it to both (``moments=``).
     """
     validate_head(head)
-    q_rows = bucketed_rows(head.q, head.q_bucket)
-    t = np.asarray(head.q_pos, dtype=np.float64)[q_rows.order]
+    t = np.asarray(head.q_pos, dtype=np.float64)
     s = np.asarray(head.k_pos, dtype=np.float64)
 
-    def position_moments(xc: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float, float]:
+    def side(x_in: np.ndarray, p: np.ndarray) -> tuple:
+        xc = np.array(x_in, dtype=np.float64, order="C", copy=True)
+        mu = xc.mean(axis=0)
+        xc -= mu
+        scatter = _gram(xc)
+        msq = float(np.trace(scatter)) / xc.shape[0] + float(mu @ mu)
         pm = float(p.mean())
         pc = p - pm
-        return pc @ xc, pm, float(pc @ pc)
+        return xc, mu, scatter, pc @ xc, pm, float(pc @ pc), msq
 
-    qc, mu_q = q_rows.xc, q_rows.mu
-    sc_q = q_rows.scatter()
-    k = np.asarray(head.k)
-    mu_k = k.mean(axis=0, dtype=np.float64)
-    kc = np.subtract(k, mu_k, dtype=np.float64)  # cast and centre in one pass
-    sc_k = _gram(kc)
-    cr_q, tm, stt = position_moments(qc, t)
-    cr_k, sm, sss = position_moments(kc, s)
-    return HeadMoments(
+    qc, mu_q, sc_q, cr_q, tm, stt, msq_q = side(head.q, t)
+    kc, mu_k, sc_k, cr_k, sm, sss, msq_k = side(head.k, s)
+    mom = HeadMoments(
         qc=qc, kc=kc, t=t, s=s, mu_q=mu_q, mu_k=mu_k, scatter_q=sc_q, scatter_k=sc_k,
-        cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss,
-        msq_q=float(np.trace(sc_q)) / qc.shape[0] + float(mu_q @ mu_q),
-        msq_k=float(np.trace(sc_k)) / kc.shape[0] + float(mu_k @ mu_k), q_rows=q_rows,
+        cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss, msq_q=msq_q, msq_k=msq_k,
     )
+    return mom
 
 
 # ---------------------------------------------------------------------------------------------

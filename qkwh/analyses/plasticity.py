@@ -40,7 +40,6 @@ import math
 
 import numpy as np
 
-from qkwh.analyses.moments import HeadMoments, bucketed_rows
 from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
 from qkwh.analyses.normality import _kstwo_sf_one, ks_norm_pvalues, ks_summary, standardised_moments  # noqa: F401
 from qkwh.analyses.plasticity_model import (
@@ -56,7 +55,6 @@ from qkwh.analyses.plasticity_model import (
     orientation_signs,
     pair_plasticity,
     query_model,
-    rotate_scatter,
     scalar_position_predictability,
 )
 from qkwh.analyses.plasticity_pairs import (
@@ -228,8 +226,7 @@ def _nan_diagnostics() -> dict[str, float]:
     return {c: math.nan for c in _DIAG_COLUMNS}
 
 
-def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
-            moments: HeadMoments | None = None) -> AnalysisResult:
+def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisResult:
     """Attention plasticity of one head -> the four ``plasticity_*`` tables (spec §2.3).
 
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
@@ -238,9 +235,6 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     params : :class:`~qkwh.params.PlasticityParams` (cov_mode, eligibility, pairs, P, ...).
     seed : the run's base seed; normality dims use ``default_rng(seed)``, pairs use
         ``default_rng(pair_seed(seed, layer, q_head))`` consumed bucket by bucket in increasing j.
-    moments : the head's :func:`~qkwh.analyses.moments.head_moments`, when the caller computed
-        them for other analyses: the queries by bucket and their per-bucket scatters are taken
-        from there instead of being computed again.
 
     Degenerate input never raises: no keys, n_q < 2, buckets with n_j < 2 or no admissible pair
     produce rows with NaN plasticity.  Inconsistent shapes raise ``ValueError`` naming the array.
@@ -266,11 +260,11 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     used_seed = pair_seed(seed, head.layer, head.q_head)
     mode_tag = f"{params.pairs}/{params.cov_mode}/{params.eligibility}"
 
-    # queries sorted by bucket (stable), centred, with per-bucket moments: every bucket is a
-    # contiguous block; all statistics are row-order free, so the order only fixes the
-    # floating summation order (deterministically)
-    q_rows = moments.q_rows if moments is not None else bucketed_rows(q_in, head.q_bucket)
-    qorder = q_rows.order
+    # queries sorted by bucket (stable): every bucket is a contiguous block; all statistics
+    # are row-order free, so this only changes floating summation order (deterministically)
+    qb = np.asarray(head.q_bucket, dtype=np.int64)
+    qorder = np.argsort(qb, kind="stable")
+    qb = qb[qorder]
     t = np.asarray(head.q_pos, dtype=np.float64)[qorder]
 
     # -- keys: sort by (example, position); orientation from key bucket means ---------------
@@ -289,11 +283,11 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
 
     # -- regression on oriented queries, Householder, diagnostics -------------------------------
     # Qc = oriented queries minus their mean; rotated in place below (H(x - xbar) = Hx - H xbar)
-    # (q - mean(q)) * signs is exactly q * signs - mean(q * signs): sign flips are exact
-    q_sorted = np.take(np.asarray(q_in), qorder, axis=0) if params.empirical else None
-    Qc = q_rows.xc * signs
+    q_sorted = np.take(np.asarray(q_in), qorder, axis=0)
+    Qc = np.multiply(q_sorted, signs, dtype=np.float64)
     if n_q >= 1:
-        qbar = q_rows.mu * signs
+        qbar = Qc.mean(axis=0)
+        Qc -= qbar
         reg = fit_position_regression(t, Qc, centred=True)
         reg = Regression(reg.alpha + qbar, reg.beta, reg.r2, reg.ss_res, reg.ss_tot)
         beta_norm = float(np.linalg.norm(reg.beta))
@@ -319,7 +313,7 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
 
     # -- buckets ------------------------------------------------------------------------------
     rng = np.random.default_rng(used_seed)
-    buckets, bstart, bcount = q_rows.ids, q_rows.start, q_rows.count
+    buckets, bstart, bcount = np.unique(qb, return_index=True, return_counts=True)
     nb = len(buckets)
     b_tau = np.full(nb, np.nan)
     b_elig = np.zeros(nb, dtype=np.int64)
@@ -352,15 +346,9 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
         b_adm[bi] = total
         if bcount[bi] < 2 or total == 0 or not model_ok:
             continue
-        bucket_moments = None
-        if params.cov_mode != "global_diag":  # the bucket's moments, rotated like Qc
-            mean, scatter = q_rows.bucket_moments(bi)
-            mean_rot = apply_householder((mean * signs)[None, :], v)[0]
-            bucket_moments = (int(bcount[bi]), mean_rot, rotate_scatter(scatter, signs, v))
         model = query_model(
             Qc[rows], tau, pos_model, params.cov_mode, params.eps,
             global_fit=global_fit, global_resid_var=global_resid_var, offset=qbar_rot,
-            bucket_moments=bucket_moments,
         )
         kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
                   queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,

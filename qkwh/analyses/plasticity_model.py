@@ -18,8 +18,7 @@ from scipy.special import ndtr
 
 __all__ = ["HOUSEHOLDER_TOL", "SS_TOT_FLOOR", "PositionalModel", "QueryModel", "Regression",
            "apply_householder", "component_weights", "fit_position_regression", "householder_vector",
-           "orientation_signs", "pair_plasticity", "query_model", "rotate_scatter",
-           "scalar_position_predictability"]
+           "orientation_signs", "pair_plasticity", "query_model", "scalar_position_predictability"]
 
 HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (§2.3.3)
 SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (§2.3.2)
@@ -173,23 +172,6 @@ def apply_householder(X: np.ndarray, v: np.ndarray | None, *, inplace: bool = Fa
     return X
 
 
-def rotate_scatter(scatter: np.ndarray, signs: np.ndarray, v: np.ndarray | None) -> np.ndarray:
-    """``H D S D H`` for a (d, d) scatter ``S`` of rows x: the scatter of the rows ``H (D x)``.
-
-    ``D = diag(signs)`` (orientation), ``H = I - 2 v vᵀ`` (``v=None``: H = I).  O(d²): a rank-2
-    update, ``HSH = S - 2 v wᵀ - 2 w vᵀ + 4 (vᵀw) v vᵀ`` with ``w = S v``.
-    """
-    out = scatter * np.outer(signs, signs)
-    if v is None:
-        return out
-    w = out @ v
-    c = float(v @ w)
-    out -= 2.0 * np.outer(v, w)
-    out -= 2.0 * np.outer(w, v)
-    out += (4.0 * c) * np.outer(v, v)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # §2.3.4 query model, §2.3.6 closed form
 # ---------------------------------------------------------------------------------------------
@@ -261,16 +243,12 @@ def query_model(
     global_fit: Regression | None = None,
     global_resid_var: np.ndarray | None = None,
     offset: np.ndarray | None = None,
-    bucket_moments: tuple[int, np.ndarray, np.ndarray] | None = None,
 ) -> QueryModel:
     """Query model of one bucket from its rotated queries ``q_rot`` (n_j x d, n_j >= 2), §2.3.4.
 
     ``offset`` (d,), if given, is the shift that was removed from the rows (lets the caller pass
     globally centred rows without a copy): it is added back to the mean; covariances are
     shift-free.  ``q_rot`` is never modified (and is unused in ``global_diag``).
-    ``bucket_moments`` = ``(n_j, mean (d,), scatter (d, d))`` of the rotated rows (see
-    :func:`rotate_scatter`), if given, replaces ``q_rot`` (which is then unused): the caller
-    computed the bucket's moments already.
 
     * ``full``: ``mu_j`` = mean of ``q_rot[:, 1:]``, ``Sigma_j`` = its covariance (ddof=1) + eps I;
     * ``diag``: same mean, ``diag(Sigma_j)`` (variances ddof=1, + eps);
@@ -289,18 +267,15 @@ def query_model(
         mu = global_fit.alpha[1:] + global_fit.beta[1:] * tau
         cov = np.asarray(global_resid_var[1:], dtype=np.float64) + eps
     elif cov_mode in ("full", "diag"):
-        if bucket_moments is not None:
-            n, mean, scatter = bucket_moments
-        else:
-            n = q_rot.shape[0]
-            mean = q_rot.mean(axis=0) if n else np.zeros(q_rot.shape[1])
-            c = q_rot - mean
-            scatter = c.T @ c
+        n = q_rot.shape[0]
         if n < 2:
             raise ValueError(f"query_model needs at least 2 queries in the bucket; got {n}")
+        mean = q_rot.mean(axis=0)
+        c = q_rot - mean
         mu = mean[1:] if offset is None else mean[1:] + offset[1:]
         if cov_mode == "full":
-            S = scatter / (n - 1)  # (d, d); row/column 0 replaced below
+            S = c.T @ c  # (d, d); row/column 0 replaced below
+            S /= n - 1
             S[0, :] = 0.0
             S[:, 0] = 0.0
             S[0, 0] = pos.sigma2_pos
@@ -309,7 +284,7 @@ def query_model(
             if np.isfinite(pos.sigma2_pos) and pos.sigma2_pos > 0:
                 chol = _upper_cholesky(S)
         else:
-            cov = np.diagonal(scatter)[1:] / (n - 1) + eps
+            cov = np.einsum("ij,ij->j", c[:, 1:], c[:, 1:]) / (n - 1) + eps
     else:
         raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
     return QueryModel(

@@ -119,12 +119,12 @@ def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) ->
         return mom.scatter_q / mom.n_q + mom.scatter_k / mom.n_k + np.outer(dm, dm)
     if pairing == "row_order":
         n = min(mom.n_q, mom.n_k)
-        delta = mom.q_input_rows(np.arange(n)) - mom.kc[:n] + dm
+        delta = mom.qc[:n] - mom.kc[:n] + dm
     elif pairing == "same_example_nearest":
         qi, ki = nearest_pairs(head.q_example, head.q_pos, head.k_example, head.k_pos)
         if qi.size == 0:
             raise ValueError("pairing 'same_example_nearest': no query row shares an example with a key row")
-        delta = mom.q_input_rows(qi) - mom.kc[ki] + dm
+        delta = mom.qc[qi] - mom.kc[ki] + dm
     else:
         raise ValueError(f"unknown pairing {pairing!r}; expected independent, same_example_nearest or row_order")
     return (delta.T @ delta) / delta.shape[0]

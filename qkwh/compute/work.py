@@ -44,8 +44,7 @@ def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> He
 
 def run_analyses(head: HeadData, analyses: tuple[str, ...], config: RunConfig) -> dict[str, AnalysisResult]:
     out: dict[str, AnalysisResult] = {}
-    # the analyses share one pass over the rows (the head's moments: scatters, per-bucket query
-    # moments); plasticity alone computes only the part it needs
+    # PCA and rotation share one pass over the rows (the head's moments)
     moments = stats.head_moments(head) if {"pca", "rotation"} & set(analyses) else None
     for name in analyses:
         if name == "pca":
@@ -53,7 +52,7 @@ def run_analyses(head: HeadData, analyses: tuple[str, ...], config: RunConfig) -
         elif name == "rotation":
             out[name] = rotation.analyse(head, config.rotation, moments=moments)
         elif name == "plasticity":
-            out[name] = plasticity.analyse(head, config.plasticity, seed=config.seed, moments=moments)
+            out[name] = plasticity.analyse(head, config.plasticity, seed=config.seed)
         else:  # validated earlier; defensive
             raise ValueError(f"unknown analysis {name!r}")
     return out
