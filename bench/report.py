@@ -87,11 +87,12 @@ def head_flops(spec: ModelSpec) -> dict[str, float]:
     """Floating-point operations (2 per multiply-add) of the dense linear algebra of one head with
     the default parameters: what no implementation of these analyses avoids.
 
-    * scatter matrices: the queries' (per bucket) and the keys' Gram matrices, n d (d + 1) each;
+    * scatter matrices: the queries' and the keys' Gram matrices, n d (d + 1) each, and
+      plasticity's per-bucket query covariances (together another n d (d + 1));
     * rotation: the projections of all rows on a, b and the 2 x 30 complement directions, and
       their Chebyshev moments (order K for the ω grid; the constant weight to order 2K);
-    * plasticity: per bucket, the P = 1024 pair variances (a triangular d x d product each) and
-      means.
+    * plasticity: the per-bucket query covariances; per bucket, the P = 1024 pair variances (a
+      triangular d x d product each) and means.
     """
     from qkwh.analyses.fourier import cheb_order
     from qkwh.params import RunConfig
@@ -104,9 +105,10 @@ def head_flops(spec: ModelSpec) -> dict[str, float]:
     k2 = cheb_order(2.0 * math.pi / spec.bucket_size * half)
     pairs = cfg.plasticity.num_pairs_per_bucket
     return {
-        "scatter matrices (q per bucket, k)": 2.0 * n * d * (d + 1),
+        "scatter matrices (q, k)": 2.0 * n * d * (d + 1),
         "rotation projections": 2.0 * (2 * n) * d * dirs,
         "rotation Chebyshev moments": 2.0 * (2 * n) * (k1 * dirs + k2),
+        "plasticity per-bucket query covariances": 1.0 * n * d * (d + 1),
         "plasticity pair variances and means": 2.0 * buckets * pairs * (d * (d + 1) / 2 + d),
     }
 
@@ -246,7 +248,7 @@ def report(m: dict, main: dict, small: dict | None, scale: list[dict], scale_hea
                   *scaling_table(scale, scale_heads), "",
                   "Per head, CPU time (process_time, fastest of up to 3 tries): q and k files read (k re-read "
                   "for every head here), then each analysis alone on the same arrays, and the three in one "
-                  "call (sharing the head's moments); no pool, no DuckDB. Growth exponent: slope of log time "
+                  "call (pca and rotation share the head's moments); no pool, no DuckDB. Growth exponent: slope of log time "
                   "against log vectors (1 = linear).", ""]
     bound = bound_lines(m, spec, scale)
     if bound:
