@@ -41,7 +41,12 @@ import math
 import numpy as np
 
 from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
-from qkwh.analyses.normality import _kstwo_sf_one, ks_norm_pvalues, ks_summary, standardised_moments  # noqa: F401
+from qkwh.analyses.normality import (  # noqa: F401 (_kstwo_sf_one: tests)
+    _kstwo_sf_one,
+    ks_norm_pvalues,
+    ks_summary,
+    standardised_moments,
+)
 from qkwh.analyses.plasticity_model import (
     HOUSEHOLDER_TOL,
     PositionalModel,
