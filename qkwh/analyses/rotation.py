@@ -355,8 +355,10 @@ def analyse(
     hi = max(float(head.context_length - 1), float(tau.max()))
     if stats.cheb_order(2.0 * float(omegas[-1]) * 0.5 * (hi - lo)) <= 1024:
         cheb = stats.ChebyshevBasis(tau, 2.0 * float(omegas[-1]), interval=(lo, hi))
-        sums = cheb.transform(ut.T, omegas)  # (G, 2 + 2P) at ω
-        f2 = cheb.transform(ut[0], 2.0 * omegas)  # Σ e^{-2iωτ}
+        # one pass over the rows for both grids; ut[0] = 1, so Σ e^{-2iωτ} needs only the ones
+        moments, ones = cheb.moments_and_ones(ut.T, cheb.order_for(omegas), cheb.order)
+        sums = cheb.from_moments(moments, omegas)  # (G, 2 + 2P) at ω
+        f2 = cheb.from_moments(ones, 2.0 * omegas)  # Σ e^{-2iωτ}
     else:  # huge ω·L (bucket_size of a few tokens): direct sums, slow but exact
         sums = stats.nudft(tau, ut.T, omegas, origin=0.5 * (lo + hi))
         f2 = stats.nudft(tau, ut[0], 2.0 * omegas, origin=0.5 * (lo + hi))

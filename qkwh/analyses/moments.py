@@ -1,0 +1,243 @@
+"""Per-head moments shared by the analyses, the linear-algebra helpers built on them, the row cap.
+
+:class:`HeadMoments` holds the class means, scatter matrices and position cross-moments of one
+head; PCA and rotation derive everything d x d from it, so the O(n d^2) pass over the rows is
+done once per head (the caller computes it once and passes it to both).
+
+Sign canonicalisation "largest-magnitude loading positive" is sklearn's ``svd_flip`` with
+``u_based_decision=False``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkwh.analyses.types import HeadData
+
+__all__ = ["MIN_ROWS", "HeadMoments", "head_moments", "validate_head", "orient_largest_positive",
+           "complement_basis", "cap_rows"]
+
+#: minimum number of q rows and of k rows an analysis accepts (p-values need n - 2 >= 1)
+MIN_ROWS: int = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# linear algebra
+# ---------------------------------------------------------------------------------------------
+def orient_largest_positive(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flip each column of ``v`` so that its largest-magnitude entry is positive.
+
+    sklearn's convention for PCA components / right singular vectors (first maximum on ties).
+
+    Parameters
+    ----------
+    v : (d,) or (d, p) array of column vectors
+
+    Returns
+    -------
+    (oriented copy of v, signs (p,) in {+1, -1})
+    """
+    v = np.asarray(v, dtype=np.float64)
+    vv = v[:, None] if v.ndim == 1 else v
+    idx = np.argmax(np.abs(vv), axis=0)
+    signs = np.where(vv[idx, np.arange(vv.shape[1])] < 0, -1.0, 1.0)
+    out = vv * signs
+    return (out[:, 0] if v.ndim == 1 else out), signs
+
+
+def complement_basis(axes: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the orthogonal complement of the span of ``axes``' columns.
+
+    Uses a complete Householder QR, so the result is orthogonal to the axes to machine precision
+    (|<w, a>| ~ 1e-16), which is what makes ``residual_pos_r`` come out at ~1e-15.
+
+    Parameters
+    ----------
+    axes : (d, j) orthonormal columns (j < d)
+
+    Returns
+    -------
+    (d, d - j) array with orthonormal columns
+    """
+    axes = np.asarray(axes, dtype=np.float64)
+    if axes.ndim == 1:
+        axes = axes[:, None]
+    q, _ = np.linalg.qr(axes, mode="complete")
+    return q[:, axes.shape[1]:]
+
+
+# ---------------------------------------------------------------------------------------------
+# per-head moments
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadMoments:
+    """Float64 copies and first/second moments of one head (shared by PCA and rotation).
+
+    Scatter/cross sums are *unnormalised* (divide by n - 1 or n as needed).
+
+    Attributes
+    ----------
+    qc : (n_q, d) float64 query rows centred on their class mean (raw row = qc + mu_q)
+    kc : (n_k, d) key rows centred on mu_k
+    t : (n_q,) query positions (float64);  s : (n_k,) key positions
+    mu_q, mu_k : (d,) class means
+    scatter_q : (d, d) Σ_i (q_i - mu_q)(q_i - mu_q)ᵀ;  scatter_k likewise
+    cross_qt : (d,) Σ_i (q_i - mu_q)(t_i - t̄);  cross_ks : Σ_j (k_j - mu_k)(s_j - s̄)
+    t_mean, s_mean : mean positions;  stt, sss : Σ(t - t̄)², Σ(s - s̄)²
+    msq_q, msq_k : mean squared norm of the raw rows (rounding scale, see ZERO_VAR_REL)
+    """
+
+    qc: np.ndarray
+    kc: np.ndarray
+    t: np.ndarray
+    s: np.ndarray
+    mu_q: np.ndarray
+    mu_k: np.ndarray
+    scatter_q: np.ndarray
+    scatter_k: np.ndarray
+    cross_qt: np.ndarray
+    cross_ks: np.ndarray
+    t_mean: float
+    s_mean: float
+    stt: float
+    sss: float
+    msq_q: float
+    msq_k: float
+
+    @property
+    def n_q(self) -> int:
+        return int(self.qc.shape[0])
+
+    @property
+    def n_k(self) -> int:
+        return int(self.kc.shape[0])
+
+    @property
+    def n(self) -> int:
+        return self.n_q + self.n_k
+
+    @property
+    def d(self) -> int:
+        return int(self.qc.shape[1])
+
+    @property
+    def delta_mu(self) -> np.ndarray:
+        """(d,) mu_q - mu_k."""
+        return self.mu_q - self.mu_k
+
+    @property
+    def mean(self) -> np.ndarray:
+        """(d,) pooled mean x̄ of [Q; K]."""
+        return (self.n_q * self.mu_q + self.n_k * self.mu_k) / self.n
+
+    @property
+    def tau_mean(self) -> float:
+        return (self.n_q * self.t_mean + self.n_k * self.s_mean) / self.n
+
+    @property
+    def scatter(self) -> np.ndarray:
+        """(d, d) pooled scatter Σ_n (x_n - x̄)(x_n - x̄)ᵀ (exact decomposition into classes)."""
+        dm = self.delta_mu
+        return self.scatter_q + self.scatter_k + (self.n_q * self.n_k / self.n) * np.outer(dm, dm)
+
+    @property
+    def cross(self) -> np.ndarray:
+        """(d,) pooled Σ_n (x_n - x̄)(τ_n - τ̄)."""
+        w = self.n_q * self.n_k / self.n
+        return self.cross_qt + self.cross_ks + w * self.delta_mu * (self.t_mean - self.s_mean)
+
+    @property
+    def stau(self) -> float:
+        """Pooled Σ(τ - τ̄)²."""
+        w = self.n_q * self.n_k / self.n
+        return self.stt + self.sss + w * (self.t_mean - self.s_mean) ** 2
+
+    @property
+    def msq(self) -> float:
+        """Pooled mean squared norm of the raw rows."""
+        return (self.n_q * self.msq_q + self.n_k * self.msq_k) / self.n
+
+    @property
+    def tau(self) -> np.ndarray:
+        """(N,) pooled positions [t; s]."""
+        return np.concatenate([self.t, self.s])
+
+
+def validate_head(head: HeadData, *, min_rows: int = MIN_ROWS) -> None:
+    """Raise ``ValueError`` with a clear message if ``head`` cannot be analysed."""
+    q, k = np.asarray(head.q), np.asarray(head.k)
+    if q.ndim != 2 or k.ndim != 2:
+        raise ValueError(f"q and k must be 2-D (rows x d); got shapes {q.shape} and {k.shape}")
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"q and k have different head dimensions: {q.shape[1]} vs {k.shape[1]}")
+    if q.shape[1] < 1:
+        raise ValueError("head dimension d must be >= 1")
+    if q.shape[0] < min_rows or k.shape[0] < min_rows:
+        raise ValueError(
+            f"too few rows: need at least {min_rows} query and {min_rows} key rows, "
+            f"got n_q={q.shape[0]}, n_k={k.shape[0]}"
+        )
+    for name, arr, n in (("q_pos", head.q_pos, q.shape[0]), ("k_pos", head.k_pos, k.shape[0])):
+        if np.asarray(arr).shape != (n,):
+            raise ValueError(f"{name} has shape {np.asarray(arr).shape}, expected ({n},)")
+    if not (np.isfinite(q).all() and np.isfinite(k).all()):
+        raise ValueError("q/k contain NaN or Inf")
+
+
+def _gram(xc: np.ndarray) -> np.ndarray:
+    """xcᵀ xc for a C-contiguous float64 (n, d) array.
+
+    numpy computes ``A.T @ A`` with BLAS dsyrk (half the flops of a general product) and mirrors
+    the triangle itself, which is faster than calling dsyrk and symmetrising here.
+    """
+    return xc.T @ xc
+
+
+def head_moments(head: HeadData) -> HeadMoments:
+    """The :class:`HeadMoments` of ``head``.
+
+    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
+    PCA and rotation on the same head compute it once and pass it to both (``moments=``).
+    """
+    validate_head(head)
+    t = np.asarray(head.q_pos, dtype=np.float64)
+    s = np.asarray(head.k_pos, dtype=np.float64)
+
+    def side(x_in: np.ndarray, p: np.ndarray) -> tuple:
+        xc = np.array(x_in, dtype=np.float64, order="C", copy=True)
+        mu = xc.mean(axis=0)
+        xc -= mu
+        scatter = _gram(xc)
+        msq = float(np.trace(scatter)) / xc.shape[0] + float(mu @ mu)
+        pm = float(p.mean())
+        pc = p - pm
+        return xc, mu, scatter, pc @ xc, pm, float(pc @ pc), msq
+
+    qc, mu_q, sc_q, cr_q, tm, stt, msq_q = side(head.q, t)
+    kc, mu_k, sc_k, cr_k, sm, sss, msq_k = side(head.k, s)
+    mom = HeadMoments(
+        qc=qc, kc=kc, t=t, s=s, mu_q=mu_q, mu_k=mu_k, scatter_q=sc_q, scatter_k=sc_k,
+        cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss, msq_q=msq_q, msq_k=msq_k,
+    )
+    return mom
+
+
+# ---------------------------------------------------------------------------------------------
+# Row cap of spec §2 (applied by the caller to Q and K separately, with the same seed)
+# ---------------------------------------------------------------------------------------------
+def cap_rows(n: int, cap: int, seed: int) -> np.ndarray | None:
+    """Row indices kept by the ``max_tokens_per_head`` cap, or ``None`` when ``n <= cap``.
+
+    ``default_rng(seed).choice(n, cap, replace=False)`` (CODE AP ``data_utils.py``), returned
+    sorted (int64, shape ``(cap,)``) so that row order -- and everything downstream -- does not
+    depend on the draw order.  The caller applies it separately to Q and K with the same seed.
+    """
+    n, cap = int(n), int(cap)
+    if cap <= 0:
+        raise ValueError(f"max_tokens_per_head must be positive; got {cap}")
+    if n <= cap:
+        return None
+    idx = np.random.default_rng(seed).choice(n, cap, replace=False)
+    return np.sort(idx).astype(np.int64)
