@@ -113,17 +113,20 @@ def _primary_keys(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
 
 
 def tables_to_migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Per-head result tables (and head_runs) whose primary key lacks config_id: created by a qkwh
-    that kept one parameter set per head."""
+    """Tables created by an older qkwh: head_runs when its primary key lacks config_id (one
+    parameter set per head), and the per-head result tables of warehouse/schema.sql that still
+    have a PRIMARY KEY index (their keys are now guaranteed by the writer and tested by dbt)."""
     keys = _primary_keys(con)
-    return [t for t in compute_tables() if t in keys and "config_id" not in keys[t]]
+    builtin = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \(", SCHEMA_SQL.read_text()))
+    return [t for t in compute_tables() if t in keys and t in builtin
+            and (t != "head_runs" or "config_id" not in keys[t])]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Give every per-head table and head_runs the key with config_id, in one transaction.
+    """Bring the tables of :func:`tables_to_migrate` to the current schema, in one transaction.
 
-    Each such table is rebuilt from the schema and its rows copied (nothing is lost: the old key
-    was stricter than the new one).  Returns the tables migrated (none on a current warehouse).
+    Each such table is rebuilt from the schema and its rows copied (nothing is lost: the old keys
+    were stricter than the new ones).  Returns the tables migrated (none on a current warehouse).
     """
     old = tables_to_migrate(con)
     if not old:
@@ -143,7 +146,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
             con.execute(f"INSERT INTO {quote_ident(new)} ({names}) SELECT {names} FROM {quote_ident(table)}")
             con.execute(f"DROP TABLE {quote_ident(table)}")
             con.execute(f"ALTER TABLE {quote_ident(new)} RENAME TO {quote_ident(table)}")
-    log.info("migrated %s to keys with config_id", ", ".join(old))
+    log.info("migrated %s to the current schema", ", ".join(old))
     return old
 
 

@@ -137,7 +137,12 @@ CREATE TABLE IF NOT EXISTS mart_builds (
 ------------------------------------------------------------------------------------------------
 -- Per-head results (docs/metrics/).  Every table carries config_id -> run_config, and config_id
 -- is part of every key: the rows of several parameter sets of one head are kept side by side.
--- (Warehouses created with the older keys are migrated by qkwh.store.connect, rows kept.)
+-- The keys are declared as comments, not as PRIMARY KEY indexes: an index costs more to maintain
+-- than the insert itself (the heatmap's seven-column key alone was ~1 ms per head, growing with
+-- the table) and the writer guarantees the key (a head's rows of a set are deleted and written in
+-- one transaction with its head_runs row, which keeps its PRIMARY KEY); the dbt sources test
+-- every key at `qkwh build`.  (Warehouses created with indexed keys are migrated by
+-- qkwh.store.connect, rows kept.)
 ------------------------------------------------------------------------------------------------
 
 -- combined Q/K PCA: docs/metrics/pca.md
@@ -148,8 +153,8 @@ CREATE TABLE IF NOT EXISTS pca_components (
     r_q DOUBLE, r_k DOUBLE, p_q DOUBLE, p_k DOUBLE,
     sign_flipped BOOLEAN, anchor VARCHAR,
     mean_q DOUBLE, mean_k DOUBLE, var_q DOUBLE, var_k DOUBLE,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, pc)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, pc)
 );
 
 CREATE TABLE IF NOT EXISTS pca_heads (
@@ -160,8 +165,8 @@ CREATE TABLE IF NOT EXISTS pca_heads (
     pc0_share_pos_q DOUBLE, pc0_share_pos_k DOUBLE,
     pos_var_q_exact DOUBLE, pos_var_k_exact DOUBLE,
     qk_sep_pc0 DOUBLE, fisher_pc0 DOUBLE, qk_acc_pc01 DOUBLE,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id)
 );
 
 -- For plots: the canonicalised principal axes and the pooled mean of each head, kept
@@ -170,8 +175,8 @@ CREATE TABLE IF NOT EXISTS pca_axes (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     axis VARCHAR NOT NULL,                       -- 'mean' | 'pc0' .. 'pc9'
     vec FLOAT[],
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, axis)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, axis)
 );
 
 -- planar rotation model: docs/metrics/rotation.md
@@ -191,8 +196,8 @@ CREATE TABLE IF NOT EXISTS rotation_heads (
     omega DOUBLE, omega_r_squared DOUBLE,
     n_active_pairs INTEGER, active_var_frac DOUBLE,
     cos_b_bc DOUBLE,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id)
 );
 
 CREATE TABLE IF NOT EXISTS rotation_pairs (
@@ -200,8 +205,8 @@ CREATE TABLE IF NOT EXISTS rotation_pairs (
     pair INTEGER NOT NULL,
     sv_var_share DOUBLE, angle_r DOUBLE, angle_r_circ DOUBLE, omega_pair DOUBLE,
     angle_r_circ_pm DOUBLE, omega_pair_pm DOUBLE, qk_acc DOUBLE, active BOOLEAN,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, pair)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, pair)
 );
 
 -- vec is FLOAT[] (a list) rather than FLOAT[d]: one table holds models with different d.
@@ -211,8 +216,8 @@ CREATE TABLE IF NOT EXISTS rotation_axes (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     axis VARCHAR NOT NULL,                       -- 'a' | 'b' | 'b_centroid' | 'mean' | 'w0' ..
     vec FLOAT[],
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, axis)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, axis)
 );
 
 -- attention plasticity: docs/metrics/plasticity.md
@@ -229,8 +234,8 @@ CREATE TABLE IF NOT EXISTS plasticity_heads (
     alpha_pos DOUBLE, beta_pos DOUBLE, sigma2_pos DOUBLE, seed_used BIGINT,
     context_length INTEGER,
     cov_mode VARCHAR, eligibility VARCHAR, pairs VARCHAR, empirical BOOLEAN,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_buckets (
@@ -249,8 +254,8 @@ CREATE TABLE IF NOT EXISTS plasticity_buckets (
     ap_bucket_empirical_se DOUBLE,               -- its standard error (as ap_bucket_se)
     gauss_gap_se DOUBLE,                         -- SE of ap_bucket - ap_bucket_empirical (paired)
     mode VARCHAR,                                -- '<pairs>/<cov_mode>/<eligibility>'
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, q_bucket)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, q_bucket)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_heatmap (
@@ -259,14 +264,14 @@ CREATE TABLE IF NOT EXISTS plasticity_heatmap (
     dx_bin INTEGER NOT NULL,                     -- floor(|s1 - s2| / W), W = bucket size
     dm_bin INTEGER NOT NULL,                     -- floor((tau_j - (s1 + s2)/2) / W)
     n BIGINT, sum_pp DOUBLE, sum_pp2 DOUBLE,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, q_bucket, dx_bin, dm_bin)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, q_bucket, dx_bin, dm_bin)
 );
 
 CREATE TABLE IF NOT EXISTS plasticity_components (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     component INTEGER NOT NULL,
     component_r2 DOUBLE, component_weight DOUBLE,
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id, component)
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id, component)
 );

@@ -5,6 +5,6 @@
 CREATE TABLE IF NOT EXISTS {table} (
     model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
     {columns},
-    config_id VARCHAR NOT NULL,
-    PRIMARY KEY (model_id, layer, q_head, config_id{key})
+    config_id VARCHAR NOT NULL
+    -- key: (model_id, layer, q_head, config_id{key}), guaranteed by the writer (no index: see schema.sql)
 );
