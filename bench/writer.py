@@ -17,8 +17,8 @@ What it does (README "Scaling out" and bench/writer_results.md quote the figures
    close) on a fresh copy of the ingested warehouse, for each ``--batch`` size; the time is the
    writer's own (open, check, concatenate, insert, head_runs, current_config, commit, close).
    Also the time to unpickle a unit's outcomes (what the parent does to receive them);
-4. **at the benchmark's pace**: the runner's default policy (first batch one head, then four
-   times larger up to 1,024, a batch at least every 30 s) with results arriving at ``--pace`` heads/s (the
+4. **at the benchmark's pace**: the runner's default policy (first batch one head, then each
+   four times the last, up to 1,024, a batch at least every 30 s) with results arriving at ``--pace`` heads/s (the
    benchmark's all-three rate on 2 workers is 9.7) on a simulated clock, so the batches are the
    ones a real run forms; the write time is real;
 5. a long run (``--long`` heads, default 3,000) at the largest batch, split in tenths, to show
@@ -245,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         "## Ceiling: results ready, written as fast as possible",
         "",
         "Writer time = open the warehouse, check the catalog, concatenate, one INSERT per table, "
-        "head_runs, current_config, commit, close; per batch. Batches start at one unit and grow "
-        "fourfold up to the batch size (the runner's ramp), so small totals also pay for a few "
-        "small batches; \"full batches\" counts only the batches of the full size.",
+        "head_runs, current_config, commit, close; per batch. Batches start at one unit, then each "
+        "is four times the last, up to the batch size (the runner's ramp), so small totals also pay "
+        "for a few small batches; \"full batches\" counts only the batches of the full size.",
         "",
         f"| batch (heads) | heads | batches | writer s | ms/head | ms/head in full batches | heads/s |",
         "|---:|---:|---:|---:|---:|---:|---:|",

@@ -36,6 +36,27 @@ class HeadOutcome:
     tables: dict[str, pa.Table] | None = None  # warehouse table -> rows (head key and config_id in place)
     analyses: tuple[str, ...] = ()  # the analyses whose rows ``tables`` holds
 
+    # Crossing a process boundary (pool pipe, Ray object store), ``tables`` travel as Arrow IPC
+    # streams: pickling a pa.Table rebuilds it column by column (~1.6 ms per head on the benchmark
+    # shape), reading an IPC stream back is zero-copy (~0.1 ms).
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if self.tables is not None:
+            state["tables"] = {name: _to_ipc(t) for name, t in self.tables.items()}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if state.get("tables") is not None:
+            state["tables"] = {name: pa.ipc.open_stream(buf).read_all() for name, buf in state["tables"].items()}
+        self.__dict__.update(state)
+
+
+def _to_ipc(table: pa.Table) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue()
+
 
 def _arrow_column(values: object) -> pa.Array:
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
