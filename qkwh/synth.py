@@ -8,7 +8,7 @@ Two layers:
 * file output — :func:`write_dataset`, which writes a whole model in the qk-sniffer layout
   (``<root>/l{LL:02d}h{HH:02d}{q|k}/data.parquet``, zstd, plus ``_saver_state.json``).
 
-Generative model of one head (spec §2.2 "parametric attention score model", SEED-000).  With an
+Generative model of one head (the planar rotation model of docs/metrics/rotation.md).  With an
 orthonormal frame {a, b, u_1, v_1, ..., u_P, v_P} in R^d, a query at position t is
 
     q = (mu_q_a + alpha_q (t - t_c)) a + mu_q_b b
@@ -19,12 +19,13 @@ of the uniform position distribution, so mean(aᵀq) ≈ mu_q_a; alpha_* are sca
 ``drift_scale``; mu_q_b - mu_k_b = ``separation``; ε ~ N(0, rope_phase_sd²) per row.  The planes
 are the "RoPE rotation planes" (shared by Q and K, so Q/K are inseparable on them).
 
-Positions follow the qk-sniffer ``uniform`` sampler semantics (spec §1.3): rows are distinct
-(example, position) cells drawn uniformly over ``n_examples`` documents of ``context_length``
-tokens, ``bucket = position // bucket_size``, Q and K at independent positions, rows sorted by
+Positions follow the qk-sniffer ``uniform`` sampler semantics
+(docs/input-format.md#buckets-and-samplers): rows are distinct (example, position) cells drawn
+uniformly over ``n_examples`` documents of ``context_length`` tokens, ``bucket = position //
+bucket_size``, Q and K at independent positions, rows sorted by
 (example_id, position) like the real files.
 
-Caveats worth knowing when checking recovered values (spec §8): the estimated drift axis is
+Caveats worth knowing when checking recovered values: the estimated drift axis is
 c ∝ Cov(pooled X, τ), so (i) a Q–K mean-position difference adds (Δμ)(t̄ - s̄) to c (pass
 ``shared_positions=True`` to remove it) and (ii) a rotation plane slow enough to be on the ω grid
 (period >= 2 buckets) has a genuine linear covariance with position (≈ -A L/(2πk) for k periods
@@ -119,7 +120,7 @@ class PlantedTruth:
 
     @property
     def bias_strength(self) -> float:
-        """mu_q_a · alpha_k (spec §2.2.3), score units per token."""
+        """mu_q_a · alpha_k, score units per token (docs/metrics/rotation.md)."""
         return self.mu_q_a * self.alpha_k
 
     @property
@@ -198,7 +199,7 @@ def make_frame(rng: np.random.Generator, d: int, n_planes: int = 0) -> Frame:
 def sample_positions(
     rng: np.random.Generator, n: int, *, n_examples: int, context_length: int, bucket_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``n`` distinct (example, position) cells, uniform over examples x [0, L_ctx) (spec §1.3).
+    """``n`` distinct (example, position) cells, uniform over examples x [0, L_ctx).
 
     Returns
     -------
@@ -306,7 +307,7 @@ def make_head(
     noise_sd : isotropic Gaussian content noise (vector units)
     drift_scale : multiplies both alphas (positional strength knob)
     shared_positions : K rows at exactly the Q positions/examples (needs n_q == n_k); removes the
-        Q–K position-mean leak into the drift axis (spec §8)
+        Q–K position-mean leak into the drift axis
     frame : planted directions (default: a fresh random :func:`make_frame`)
     layer, q_head, k_head : copied into HeadData / PlantedTruth
     dtype : dtype of the returned vectors (float32 like the real files)

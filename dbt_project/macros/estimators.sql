@@ -22,7 +22,7 @@
 {%- endmacro %}
 
 {#
-  The derived plasticity quantities of spec §2.3.8 from decile columns `<prefix>decile_k<suffix>`
+  The derived plasticity quantities (docs/metrics/aggregation.md#head-plasticity-profile) from decile columns `<prefix>decile_k<suffix>`
   (a head row or a model row alike): quintiles, first / last 20 %, drop and the NoPE-study
   decile means.  Yields "expr as name" select items.
 #}

@@ -13,7 +13,7 @@
 {# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
 
 {#
-  spec §3 five-class taxonomy on the canonicalised PC0 correlations: signed r_q and |r_k|,
+  Five-class head taxonomy (docs/metrics/pca.md#head-taxonomy) on the canonicalised PC0 correlations: signed r_q and |r_k|,
   strict inequalities evaluated in order; ties at the thresholds fall through to 'mixed'.
 #}
 {% macro taxonomy_class(r_q, r_k, high=none, low=none) -%}
@@ -30,7 +30,7 @@
 {%- endmacro %}
 
 {#
-  Thesis 4-class variant (spec I-10): |r_q| and |r_k|; Q-positional = |r_q| > high and
+  Thesis 4-class variant (docs/metrics/pca.md#head-taxonomy): |r_q| and |r_k|; Q-positional = |r_q| > high and
   |r_k| <= high; no K-positional class.
 #}
 {% macro taxonomy_class_th4(r_q, r_k, high=none, low=none) -%}
@@ -56,7 +56,7 @@
     )
 {%- endmacro %}
 
-{# Mean of the non-null arguments (NULL when one is missing: spec defines first/last 20 % on both). #}
+{# Mean of the non-null arguments (NULL when one is missing: first/last 20 % are defined on both deciles). #}
 {% macro mean2(a, b) -%}
     (({{ a }}) + ({{ b }})) / 2.0
 {%- endmacro %}

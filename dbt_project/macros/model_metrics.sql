@@ -1,5 +1,5 @@
 {#
-  The catalogue of model-level metrics that are aggregates over a model's heads (spec §4: the
+  The catalogue of model-level metrics that are aggregates over a model's heads (docs/metrics/aggregation.md: the
   model value is the mean over its analysed heads unless stated).  Each entry names the metric,
   the head-level expression over head_metrics, the aggregation over heads and the metric group.
   int_head_metric_values evaluates the expressions; int_model_metric_replicates aggregates them
@@ -15,12 +15,12 @@
                   'pos_var_q_exact', 'pos_var_k_exact', 'qk_sep_pc0', 'fisher_pc0', 'qk_acc_pc01'] -%}
         {%- do m.append({'metric': c, 'expr': c, 'agg': 'mean', 'grp': 'pca'}) -%}
     {%- endfor -%}
-    {#- taxonomy fractions: share of heads with a class (spec §3) -#}
+    {#- taxonomy fractions: share of heads with a class (docs/metrics/aggregation.md#taxonomy) -#}
     {%- for t in ['position_dominated', 'q_positional', 'k_positional', 'content_focused', 'mixed'] -%}
         {%- do m.append({'metric': 'frac_' ~ t, 'agg': 'mean', 'grp': 'taxonomy',
                          'expr': "case when taxonomy = '" ~ t ~ "' then 1.0 when taxonomy is not null then 0.0 end"}) -%}
     {%- endfor -%}
-    {#- rotation (spec §2.2; degenerate heads carry NULL metrics and drop out) -#}
+    {#- rotation (docs/metrics/aggregation.md#rotation-and-pca-summaries; degenerate heads carry NULL metrics and drop out) -#}
     {%- for c in ['position_r', 'abs_r_q_a', 'abs_r_k_a', 'abs_alpha_q', 'abs_alpha_k', 'alpha_q',
                   'alpha_k', 'mu_q_a', 'mu_k_a', 'bias_strength', 'separation_strength',
                   'var_frac_a', 'var_frac_b', 'plane_var_fraction', 'content_var_b',
@@ -36,7 +36,7 @@
     {%- do m.append({'metric': 'bias_strength_median', 'expr': 'bias_strength', 'agg': 'median', 'grp': 'rotation'}) -%}
     {%- do m.append({'metric': 'slope_ratio_kq_median', 'expr': 'slope_ratio_kq', 'agg': 'median', 'grp': 'rotation'}) -%}
     {%- do m.append({'metric': 'max_residual_pos_r', 'expr': 'residual_pos_r', 'agg': 'max', 'grp': 'rotation'}) -%}
-    {#- plasticity (spec §2.3.8): model decile_k = mean over heads with a value for it -#}
+    {#- plasticity (docs/metrics/aggregation.md#model-plasticity-profile): model decile_k = mean over heads with a value for it -#}
     {%- for e in plasticity_estimators() -%}
         {%- do m.append({'metric': 'ap_overall' ~ e.suffix, 'expr': 'ap_overall' ~ e.suffix, 'agg': 'mean', 'grp': 'plasticity'}) -%}
         {%- for k in range(10) -%}
@@ -61,8 +61,8 @@
 {%- endmacro %}
 
 {#
-  Model metrics derived from other model metrics of the same replicate (spec §2.3.8 and the
-  empirical estimator): quintiles, first / last 20 %, drop and the NoPE-study decile means for
+  Model metrics derived from other model metrics of the same replicate (docs/metrics/aggregation.md#model-plasticity-profile,
+  both estimators): quintiles, first / last 20 %, drop and the NoPE-study decile means for
   each estimator, the Gaussian-minus-empirical gaps, and bias_strength x L_ctx.
   name -> group; the expressions are in int_model_metric_replicates.
 #}

@@ -1,4 +1,4 @@
--- spec §2.3.8: a model decile is the unweighted mean over the model's heads with a value for it
+-- docs/metrics/aggregation.md: a model decile is the unweighted mean over the model's heads with a value for it
 -- (both estimators: model_summary against head_metrics).
 {%- set checks = [] %}
 {%- for e in plasticity_estimators() %}

@@ -1,4 +1,4 @@
--- spec §2.3.8 / I-26 on every row of head_metrics (one head) and of model_summary (model
+-- The profile definitions of docs/metrics/aggregation.md on every row of head_metrics (one head) and of model_summary (model
 -- deciles), for both estimators: ap_first_20pct = mean(d0, d1), ap_last_20pct = mean(d8, d9),
 -- ap_drop = first - last, quintile_k = mean(d_2k, d_2k+1) (head_metrics), and the gaps.
 {%- set checks = [] %}

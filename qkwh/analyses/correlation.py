@@ -34,7 +34,7 @@ def is_zero_variance(var: np.ndarray | float, mean_square: np.ndarray | float) -
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation of two 1-D samples; 0 when either has zero variance (spec §0).
+    """Pearson correlation of two 1-D samples; 0 when either has zero variance.
 
     Parameters
     ----------

@@ -184,7 +184,10 @@ def nudft(
 
 
 def log_omega_grid(context_length: int, bucket_size: int, n: int) -> np.ndarray:
-    """The ω grid of spec §2.2.5: n log-spaced values in [2π/(50·L_ctx), π/m] (rad/token)."""
+    """The ω grid: n log-spaced values in [2π/(50·L_ctx), π/m] (rad/token).
+
+    See docs/metrics/rotation.md#omega-is-the-drift-a-slow-rotation.
+    """
     if context_length <= 0 or bucket_size <= 0:
         raise ValueError(f"context_length and bucket_size must be positive; got {context_length}, {bucket_size}")
     return np.geomspace(2.0 * np.pi / (50.0 * context_length), np.pi / bucket_size, int(n))

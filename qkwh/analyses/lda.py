@@ -15,8 +15,8 @@ def lda_direction(
     """Two-class linear discriminant w, w0 for P problems at once: predict Q iff zᵀw + w0 > 0.
 
     Priors are the class frequencies (equal priors not imposed); ``s_w`` is the pooled
-    within-class covariance, i.e. the within-class scatter divided by N (spec §2.1
-    ``qk_acc_pc01``).  A tie (zᵀw + w0 = 0) goes to K, sklearn's first class.
+    within-class covariance, i.e. the within-class scatter divided by N (``qk_acc_pc01``,
+    docs/metrics/pca.md).  A tie (zᵀw + w0 = 0) goes to K, sklearn's first class.
 
     Parameters
     ----------

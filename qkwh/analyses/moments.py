@@ -225,7 +225,8 @@ def head_moments(head: HeadData) -> HeadMoments:
 
 
 # ---------------------------------------------------------------------------------------------
-# Row cap of spec §2 (applied by the caller to Q and K separately, with the same seed)
+# Row cap ``max_tokens_per_head`` (docs/README.md#parameters-and-modes), applied by the caller
+# to Q and K separately, with the same seed
 # ---------------------------------------------------------------------------------------------
 def cap_rows(n: int, cap: int, seed: int) -> np.ndarray | None:
     """Row indices kept by the ``max_tokens_per_head`` cap, or ``None`` when ``n <= cap``.

@@ -1,4 +1,4 @@
-"""Combined Q/K PCA of one head (spec §2.1, I-09, I-13, I-37).
+"""Combined Q/K PCA of one head (docs/metrics/pca.md).
 
 One head in, two tables out:
 
@@ -66,7 +66,7 @@ def _safe_div(num: float, den: float) -> float:
 
 
 def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.HeadMoments | None = None) -> AnalysisResult:
-    """Combined Q/K PCA of one head (spec §2.1).
+    """Combined Q/K PCA of one head (docs/metrics/pca.md#method).
 
     The head taxonomy is derived from r_q0 / r_k0 by the dbt project (``head_metrics``), not here.
 
@@ -91,7 +91,8 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     -------
     AnalysisResult with tables ``pca_components`` (n_pc rows) and ``pca_heads`` (1 row).
     A head with zero total variance (constant vectors) yields NaN statistics.
-    A head whose positions are all equal yields r = 0 (zero-variance rule, spec §0) and p = NaN.
+    A head whose positions are all equal yields r = 0 (zero-variance rule: a correlation with a
+    constant side is 0) and p = NaN.
 
     Raises
     ------
@@ -206,7 +207,7 @@ def _pos_var_exact(
 ) -> float:
     """‖Cov(x, p)‖² / (Var(p) · tr Σ_x): fraction of a class's variance linear in position.
 
-    Basis-free (spec §2.1 ``pos_var_*_exact``, I-13); ddof cancels.  0 when positions or vectors
+    Basis-free (``pos_var_*_exact`` in docs/metrics/pca.md); ddof cancels.  0 when positions or vectors
     have zero variance (the Pearson zero-variance rule), so it stays in [0, 1].
     """
     tr = float(np.trace(scatter))

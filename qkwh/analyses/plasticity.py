@@ -1,20 +1,21 @@
-"""Attention plasticity of one head (spec §2.3, §2.3.8b).
+"""Attention plasticity of one head (docs/metrics/plasticity.md).
 
-Pipeline for one :class:`~qkwh.analyses.types.HeadData` (all arithmetic in float64):
+Pipeline for one :class:`~qkwh.analyses.types.HeadData` (all arithmetic in float64; "step N"
+refers to the steps of that page):
 
-1. orientation (§2.3.1): flip head dims so that the mean of the per-key-bucket key means is >= 0;
+1. orientation (step 1): flip head dims so that the mean of the per-key-bucket key means is >= 0;
 2. per-dimension OLS ``X = alpha + beta t + R`` on the oriented queries and the diagnostics of
-   §2.3.2 (R², scalar position predictability, residual normality) plus component weights;
-3. Householder reflection ``x -> x - 2 (x.v) v`` mapping ``beta_hat`` to ``e_1`` (§2.3.3), applied
+   step 2 (R², scalar position predictability, residual normality) plus component weights;
+3. Householder reflection ``x -> x - 2 (x.v) v`` mapping ``beta_hat`` to ``e_1`` (step 3), applied
    to queries and keys: coordinate 0 is positional, coordinates 1..d-1 are semantic;
-4. per query bucket ``j`` a Gaussian query model ``N(w_j, Sigma'_j)`` (§2.3.4), with
+4. per query bucket ``j`` a Gaussian query model ``N(w_j, Sigma'_j)`` (step 4), with
    ``w_j = [alpha_pos + beta_pos tau_j, mu_j]`` and ``Sigma'_j = diag(sigma2_pos) (+) Sigma_j``;
-5. admissible key pairs: two distinct eligible keys of one example (§2.3.5); plasticity of a
-   pair ``PP = 4 Phi(z) Phi(-z)``, ``z = m / sqrt(v)`` (§2.3.6); bucket value ``AP_j`` = mean PP
+5. admissible key pairs: two distinct eligible keys of one example (step 5); plasticity of a
+   pair ``PP = 4 Phi(z) Phi(-z)``, ``z = m / sqrt(v)`` (step 6); bucket value ``AP_j`` = mean PP
    over ``P`` sampled pairs (``pairs="sampled"``) or over *all* admissible pairs
-   (``pairs="exhaustive"``, per-example Gram matrices, §2.3.8b); with ``empirical=True`` the
-   same pairs are also scored with the bucket's real queries (§2.3.10): ``PP_emp = 4 p (1-p)
-   n/(n-1)``, p = share of queries with ``q.k1 > q.k2``;
+   (``pairs="exhaustive"``, per-example Gram matrices, step 5); with ``empirical=True`` the
+   same pairs are also scored with the bucket's real queries (the empirical estimator):
+   ``PP_emp = 4 p (1-p) n/(n-1)``, p = share of queries with ``q.k1 > q.k2``;
 6. outputs: ``plasticity_heads`` (1 row), ``plasticity_buckets`` (1 row per query bucket),
    ``plasticity_heatmap`` (accumulators per (q_bucket, dx_bin, dm_bin)), ``plasticity_components``
    (1 row per head dim).
@@ -31,7 +32,8 @@ so that tests and SQL UDFs can reuse them from one place:
 Head-level aggregates of the buckets (ap_overall, deciles, first/last 20 %, ap_drop, and their
 empirical counterparts) are derived by the dbt project, the one place they are computed.
 
-Resolutions of points the spec leaves open are marked ``[RES]`` in the docstrings.
+Choices made where the method description leaves a detail open are marked ``[RES]`` in the
+docstrings.
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ def _validate(head: HeadData) -> tuple[np.ndarray, np.ndarray]:
 def _q_diagnostics(
     t: np.ndarray, Qc: np.ndarray, reg: Regression, beta_norm: float, params: PlasticityParams, seed: int
 ) -> dict[str, float]:
-    """The q_* columns of §2.3.2 from the *centred* rotated queries ``Qc`` (n x d, n >= 2).
+    """The q_* columns of step 2 from the *centred* rotated queries ``Qc`` (n x d, n >= 2).
 
     Rotated coordinate 0 is ``beta_hat . x`` (the scalar projection); the semantic coordinates
     1..d-1 have zero slope, so centring them equals taking their regression residuals.
@@ -232,7 +234,7 @@ def _nan_diagnostics() -> dict[str, float]:
 
 
 def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisResult:
-    """Attention plasticity of one head -> the four ``plasticity_*`` tables (spec §2.3).
+    """Attention plasticity of one head -> the four ``plasticity_*`` tables (docs/metrics/plasticity.md).
 
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
         W and the midpoint unit, ``head.context_length`` is L_ctx, ``head.sliding_window`` (tokens

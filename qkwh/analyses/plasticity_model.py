@@ -20,15 +20,15 @@ __all__ = ["HOUSEHOLDER_TOL", "SS_TOT_FLOOR", "PositionalModel", "QueryModel", "
            "apply_householder", "component_weights", "fit_position_regression", "householder_vector",
            "orientation_signs", "pair_plasticity", "query_model", "scalar_position_predictability"]
 
-HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (§2.3.3)
-SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (§2.3.2)
+HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (step 3)
+SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (step 2)
 
 
 # ---------------------------------------------------------------------------------------------
-# §2.3.1 orientation, §2.3.2 regression and diagnostics
+# orientation, regression and diagnostics (steps 1-2 of docs/metrics/plasticity.md)
 # ---------------------------------------------------------------------------------------------
 def orientation_signs(k: np.ndarray, k_bucket: np.ndarray) -> np.ndarray:
-    """Per-dimension signs ``s`` (shape ``(d,)``, values +-1.0) of §2.3.1.
+    """Per-dimension signs ``s`` (shape ``(d,)``, values +-1.0) of step 1.
 
     ``s = sign(mean over key buckets of the per-bucket key means)``, zeros -> +1.  Every key
     bucket counts once (unweighted over buckets): the statistic is ``sum_i k_i / (B n_{c_i})``,
@@ -49,7 +49,7 @@ class Regression:
     """Per-dimension OLS ``X[:, c] = alpha[c] + beta[c] t + R`` (all arrays shape ``(d,)``).
 
     ``ss_res``/``ss_tot`` are the residual and total sums of squares; ``r2`` is
-    ``1 - ss_res / max(ss_tot, 1e-12)`` clipped above at 1 (§2.3.2).
+    ``1 - ss_res / max(ss_tot, 1e-12)`` clipped above at 1 (step 2).
     """
 
     alpha: np.ndarray
@@ -60,7 +60,7 @@ class Regression:
 
 
 def fit_position_regression(t: np.ndarray, X: np.ndarray, *, centred: bool = False) -> Regression:
-    """OLS of every column of ``X`` (n x d) on positions ``t`` (n,), §2.3.2.
+    """OLS of every column of ``X`` (n x d) on positions ``t`` (n,), step 2.
 
     All slopes are zero when ``Var(t) = 0``.  Needs ``n >= 1``.  ``ss_res`` is
     ``max(ss_tot - beta² S_tt, 0)`` (the OLS identity; no n x d residual matrix).  With
@@ -87,7 +87,7 @@ def fit_position_regression(t: np.ndarray, X: np.ndarray, *, centred: bool = Fal
 
 
 def component_weights(r2: np.ndarray) -> np.ndarray:
-    """``w_c = max(R²_c, 0) / sum max(R², 0)``; ``1/d`` everywhere if that sum <= 0 (§2.3.2).
+    """``w_c = max(R²_c, 0) / sum max(R², 0)``; ``1/d`` everywhere if that sum <= 0 (step 2).
 
     NaN R² values count as 0.  Shape ``(d,)`` in, ``(d,)`` out.
     """
@@ -100,7 +100,7 @@ def component_weights(r2: np.ndarray) -> np.ndarray:
 
 
 def scalar_position_predictability(t: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
-    """``(q_R2_scalar, q_mae_baseline, q_mae_proj, q_mae_ratio)`` of §2.3.2.
+    """``(q_R2_scalar, q_mae_baseline, q_mae_proj, q_mae_ratio)`` of step 2.
 
     s : (n,) scalar projection ``X u`` of the oriented queries on ``u = beta/||beta||`` (equal to
     rotated coordinate 0).  OLS ``y = log2(t + 1)`` on ``s``; R² as in
@@ -126,10 +126,10 @@ def scalar_position_predictability(t: np.ndarray, s: np.ndarray) -> tuple[float,
 
 
 # ---------------------------------------------------------------------------------------------
-# §2.3.3 Householder alignment
+# Householder alignment (step 3)
 # ---------------------------------------------------------------------------------------------
 def householder_vector(beta: np.ndarray) -> np.ndarray | None:
-    """Unit vector ``v`` (d,) with ``H = I - 2 v v^T``, ``H beta_hat = e_1`` (§2.3.3).
+    """Unit vector ``v`` (d,) with ``H = I - 2 v v^T``, ``H beta_hat = e_1`` (step 3).
 
     Returns ``None`` (H = I) when ``||beta|| < 1e-12`` or ``||beta_hat - e_1|| < 1e-12``.
     ``beta_hat[0] - 1`` is formed without cancellation (``-sum_{i>0} b_i² / (1 + b_0)``) when
@@ -173,7 +173,7 @@ def apply_householder(X: np.ndarray, v: np.ndarray | None, *, inplace: bool = Fa
 
 
 # ---------------------------------------------------------------------------------------------
-# §2.3.4 query model, §2.3.6 closed form
+# query model (step 4), closed form (step 6)
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PositionalModel:
@@ -244,7 +244,7 @@ def query_model(
     global_resid_var: np.ndarray | None = None,
     offset: np.ndarray | None = None,
 ) -> QueryModel:
-    """Query model of one bucket from its rotated queries ``q_rot`` (n_j x d, n_j >= 2), §2.3.4.
+    """Query model of one bucket from its rotated queries ``q_rot`` (n_j x d, n_j >= 2), step 4.
 
     ``offset`` (d,), if given, is the shift that was removed from the rows (lets the caller pass
     globally centred rows without a copy): it is added back to the mean; covariances are
@@ -309,7 +309,7 @@ def pair_plasticity(
     chol: np.ndarray | None = None,
     overwrite_delta: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Closed-form pair plasticity (§2.3.6) -> ``(pp, z)``, both shape (P,).
+    """Closed-form pair plasticity (step 6) -> ``(pp, z)``, both shape (P,).
 
     delta : (P, d) rotated key differences ``k1 - k2`` (coordinate 0 positional).
     w : (d,) query-model mean; cov : (d-1, d-1) semantic covariance or (d-1,) variances.

@@ -24,7 +24,7 @@ HEAT_DENSE_MAX = 1 << 18  # larger (dx_bin, dm_bin) grids are accumulated sparse
 
 
 # ---------------------------------------------------------------------------------------------
-# §2.3.5 admissible pairs, sampling and enumeration
+# admissible pairs, sampling and enumeration (docs/metrics/plasticity.md#step-5-admissible-key-pairs)
 # ---------------------------------------------------------------------------------------------
 def admissible_pair_counts(counts: np.ndarray) -> np.ndarray:
     """``A_e = G_e (G_e - 1) / 2`` for eligible-key counts ``G_e`` (int64 array)."""
@@ -169,7 +169,8 @@ class BucketEstimate:
 
 
 # ---------------------------------------------------------------------------------------------
-# §2.3.10 empirical (real-query) estimator
+# empirical (real-query) estimator
+# (docs/metrics/plasticity.md#the-empirical-estimator-real-queries-no-gaussian)
 # ---------------------------------------------------------------------------------------------
 _EMP_CHUNK = 1 << 21  # max score differences held at once (pairs x queries)
 
@@ -184,7 +185,7 @@ def net_wins(diff: np.ndarray) -> np.ndarray:
 
 
 def empirical_pair_plasticity(wins: np.ndarray, n_queries: int) -> np.ndarray:
-    """``PP_emp = 4 p (1 - p) n / (n - 1)`` per pair (§2.3.10) from net wins (P,) -> (P,).
+    """``PP_emp = 4 p (1 - p) n / (n - 1)`` per pair (empirical estimator) from net wins (P,) -> (P,).
 
     ``p = share of the n real queries with q.k1 > q.k2`` (ties 1/2) ``= 1/2 + wins / (2n)``, so
     ``4 p (1 - p) = 1 - (wins / n)²``.  The factor ``n / (n - 1)`` makes it unbiased for
@@ -302,7 +303,7 @@ def exhaustive_bucket(
     gram_block: int = GRAM_BLOCK,
     heat_dense_max: int = HEAT_DENSE_MAX,
 ) -> BucketEstimate:
-    """Exact AP_j over every admissible pair (§2.3.8b), with its heatmap accumulators.
+    """Exact AP_j over every admissible pair (``pairs='exhaustive'``), with its heatmap accumulators.
 
     keys_rot : (n_e, d) rotated eligible keys laid out example by example (``counts`` (E,) keys
     per example, as in :func:`sample_pairs`); key_pos : (n_e,) their positions.  With ``rows``
@@ -315,15 +316,15 @@ def exhaustive_bucket(
 
     ``se`` is the standard error the *sampled* estimator would have with ``num_pairs`` draws:
     ``sd_pop(PP) / sqrt(num_pairs)`` when ``A > num_pairs``; 0 when ``A <= num_pairs`` (the
-    sampled mode then uses every pair once, i.e. this very computation).  [RES] the brief's
-    ``/sqrt(min(P, A))`` read literally is non-zero for A <= P; the stated intent (0) is used.
+    sampled mode then uses every pair once, i.e. this very computation).  [RES] 0, not
+    ``sd / sqrt(min(P, A))``: a sampled run with A <= P has no sampling noise.
 
     gram_block : max float64 entries of one batched Gram block (memory bound of this function);
     heat_dense_max : see :class:`HeatmapAccumulator`.
 
     queries, keys_raw : optional (n_j, d) real queries of the bucket and (n, d) keys laid out
     like ``keys_rot`` but *unrotated* (raw or sign-oriented; dot products with queries in the
-    same frame).  Given both (n_j >= 2), the empirical estimate of §2.3.10 over the same pairs
+    same frame).  Given both (n_j >= 2), the empirical estimate over the same pairs
     is returned in ``BucketEstimate.empirical``: one GEMM of the bucket's keys against its
     queries, then for each pair the share of queries scoring k1 above k2.
     """
@@ -404,7 +405,7 @@ def sampled_bucket(
     gram_block: int = GRAM_BLOCK,
     heat_dense_max: int = HEAT_DENSE_MAX,
 ) -> BucketEstimate:
-    """Sampled AP_j (§2.3.5): P i.i.d. pairs; exact (no RNG use) when ``A <= P``.
+    """Sampled AP_j (``pairs='sampled'``): P i.i.d. pairs; exact (no RNG use) when ``A <= P``.
 
     keys_rot (n_k, d) / key_pos (n_k,) are all keys; ``elig`` (n_e,) indexes the eligible ones in
     the example-by-example layout described by ``counts``.  ``buffers``: two (P, d) float64

@@ -1,5 +1,5 @@
 """Planar rotation model: the {a, b} plane and the RoPE rotation planes of its complement
-(spec §2.2, I-01..I-07; SEED-000, SEED-002).
+(docs/metrics/rotation.md).
 
 One head in, three tables out (head key and ``config_id`` are added by the caller):
 
@@ -20,7 +20,7 @@ Units: projections in vector units; positions in tokens; ``alpha_*`` in vector u
 score change across the whole window); ``omega*`` in radians per token; fractions, correlations
 and accuracies are dimensionless.
 
-Orientation conventions (spec §2.2.1/2.2.2/2.2.4):
+Orientation conventions (docs/metrics/rotation.md):
 
 * a = c/‖c‖ with c = Σ_n (x_n - x̄)(τ_n - τ̄) on the pool, so Cov(aᵀx, τ) > 0;
 * b (eigenvector) is oriented so that bᵀ(μ_Q - μ_K) >= 0, falling back to "largest-magnitude
@@ -56,14 +56,15 @@ PAIR_COLUMNS: tuple[str, ...] = (
     "omega_pair_pm", "qk_acc", "active",
 )
 
-#: ‖c‖ (c = Cov(X, τ), 1/N normalisation) below this is "no drift axis" (spec §2.2.1)
+#: ‖c‖ (c = Cov(X, τ), 1/N normalisation) below this is "no drift axis"
+#: (docs/metrics/rotation.md#axis-a-drift)
 C_NORM_ABS: float = 1e-12
 #: ... and so is ‖c‖ below this fraction of its Cauchy–Schwarz bound
 C_NORM_REL: float = 1e-12
 
 
 # ---------------------------------------------------------------------------------------------
-# pairing of δ = q - k (I-02)
+# pairing of δ = q - k (``rotation.pairing``, docs/metrics/rotation.md#axis-b-separation)
 # ---------------------------------------------------------------------------------------------
 def nearest_pairs(
     q_example: np.ndarray, q_pos: np.ndarray, k_example: np.ndarray, k_pos: np.ndarray
@@ -102,7 +103,7 @@ def nearest_pairs(
 
 
 def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) -> np.ndarray:
-    """C_δ = E[δ δᵀ] (uncentred), δ = q - k, under a pairing mode of I-02.
+    """C_δ = E[δ δᵀ] (uncentred), δ = q - k, under a ``rotation.pairing`` mode.
 
     * ``independent`` (default, closed form): Σ_Q + Σ_K + Δμ Δμᵀ with population (1/n)
       covariances = the average of (q_i - k_j)(q_i - k_j)ᵀ over all n_q·n_k pairs;
@@ -150,7 +151,9 @@ def _orient_towards(v: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 def _omega_fit(fy: np.ndarray, f1: np.ndarray, f2: np.ndarray, n: int, syy: float) -> tuple[np.ndarray]:
-    """R²(ω) of y ≈ c0 + c1 cos ωτ + c2 sin ωτ from Fourier sums (spec §2.2.5).
+    """R²(ω) of y ≈ c0 + c1 cos ωτ + c2 sin ωτ from Fourier sums.
+
+    See docs/metrics/rotation.md#omega-is-the-drift-a-slow-rotation.
 
     f1 = Σ e^{-iωτ}, f2 = Σ e^{-2iωτ}, fy = Σ (y - ȳ) e^{-iωτ} (same phase origin); the centred
     Gram of (cos, sin) follows from the double-angle identities.  NaN where it is singular.
@@ -173,7 +176,7 @@ def _complement(mom: stats.HeadMoments, a: np.ndarray, b: np.ndarray, scatter: n
     """Variances λ_j (descending) and directions w_j (d, r) of the centred complement of {a, b}.
 
     Eigen-decomposition of the complement covariance inside an exact orthonormal basis of
-    {a, b}^⊥ (= the thin SVD X_⊥ = U S Wᵀ with λ_j = S_j²/(N-1)).  Spec: keep S_j > 1e-10 S_0
+    {a, b}^⊥ (= the thin SVD X_⊥ = U S Wᵀ with λ_j = S_j²/(N-1)).  Rule: keep S_j > 1e-10 S_0
     (λ_j > 1e-20 λ_0); with the Gram route eigenvalues below ~d·eps·λ_0 are rounding noise, so
     that is the effective floor.  Directions oriented "largest-magnitude loading positive".
     """
@@ -225,7 +228,7 @@ def _degenerate(mom: stats.HeadMoments, params: RotationParams) -> AnalysisResul
 def analyse(
     head: HeadData, params: RotationParams = RotationParams(), *, moments: stats.HeadMoments | None = None
 ) -> AnalysisResult:
-    """Planar rotation analysis of one head (spec §2.2).
+    """Planar rotation analysis of one head (docs/metrics/rotation.md).
 
     Parameters
     ----------
@@ -445,7 +448,7 @@ def analyse(
     res = AnalysisResult()
     res.add("rotation_heads", _head_row(mom, params, False, int(active.sum()), values))
     res.add("rotation_pairs", pairs)
-    # axes for visualisation (spec §2.2.6) plus what a collage of the complement pairs needs:
+    # axes for the report's projections plus what a collage of the complement pairs needs:
     # the pooled mean and the SVD directions w_j (pair i = w_{2i}, w_{2i+1}; score = (x - mean)·w)
     w_names = [f"w{j}" for j in range(2 * n_pairs)]
     res.add("rotation_axes", {

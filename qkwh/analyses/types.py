@@ -2,9 +2,9 @@
 
 Every analysis takes a :class:`HeadData` (numpy arrays of one head's q rows and its GQA-mapped
 k rows) plus its frozen parameter object from :mod:`qkwh.params`, and returns a
-:class:`AnalysisResult`: a mapping from a warehouse table name (spec §2) to the columns of the
-rows it contributes for that head.  Column names are the spec's; the head key
-(model_id, layer, q_head, k_head) and ``config_id`` are added by the compute layer, never here.
+:class:`AnalysisResult`: a mapping from a warehouse table name (docs/tables.md#per-head-results)
+to the columns of the rows it contributes for that head.  Column names are the warehouse's; the
+head key (model_id, layer, q_head, k_head) and ``config_id`` are added by the compute layer, never here.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ class HeadData:
     q_pos, q_example, q_bucket : (n_q,) int arrays: position t_i, example e_i, bucket b_i
     k : (n_k, d) float array
     k_pos, k_example, k_bucket : (n_k,) int arrays: position s_j, example e_j, bucket c_j
-    context_length : L_ctx in tokens (spec §1.4 / §2.3.8c)
+    context_length : L_ctx in tokens (docs/input-format.md#which-model-and-its-facts)
     bucket_size : capture bucket size m in tokens
     sliding_window : window in tokens, or None for full attention
-    layer, q_head : only used to derive seeds (spec §2.3.5), never for I/O
+    layer, q_head : only used to derive seeds (docs/README.md#parameters-and-modes), never for I/O
     """
 
     q: np.ndarray

@@ -228,7 +228,7 @@ def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:
     """Records as an Arrow table for Altair (columns = union of keys, missing -> null).
 
     Altair validates inline ``values`` record by record, which is slow for scatter data;
-    an Arrow table goes straight into the spec's ``datasets``.
+    an Arrow table goes straight into the Vega-Lite chart's ``datasets``.
     """
     cols: dict[str, None] = {}
     for r in records:

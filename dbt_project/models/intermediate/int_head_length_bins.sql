@@ -1,4 +1,4 @@
--- Head value per absolute-position bin (spec §2.3.8): the n_j-weighted mean AP over the head's
+-- Head value per absolute-position bin (docs/metrics/aggregation.md#length-bins-absolute-positions): the n_j-weighted mean AP over the head's
 -- valid buckets whose tau_j lies in [lo_tokens, hi_tokens) (or = hi_tokens when hi_inclusive).
 -- Gaussian estimator only (the published bins).
 with buckets as (

@@ -1,5 +1,5 @@
--- One row per head and estimator (gaussian / empirical) with the head aggregates of spec
--- §2.3.7-2.3.8, derived here from the buckets (the one place they are computed): the
+-- One row per head and estimator (gaussian / empirical) with the head aggregates of
+-- docs/metrics/aggregation.md#head-plasticity-profile, derived here from the buckets (the one place they are computed): the
 -- n-weighted ap_overall with its sampling SE, deciles, quintiles, first / last 20 % and drop.
 -- Heads that compute analysed but that have no bucket get a gaussian row of NULLs.
 with deciles as (

@@ -1,4 +1,4 @@
--- Head taxonomy (spec §3) from the canonicalised PC0 correlations of pca_heads (falling back
+-- Head taxonomy (docs/metrics/pca.md#head-taxonomy) from the canonicalised PC0 correlations of pca_heads (falling back
 -- to pca_components pc = 0): the one place a head's class is decided.
 with heads as (
     select * from {{ ref('stg_pca_heads') }}

@@ -1,4 +1,4 @@
--- Model-level PCA summary (spec §4): per-pc means of explained variance and canonicalised
+-- Model-level PCA summary (docs/metrics/aggregation.md#rotation-and-pca-summaries): per-pc means of explained variance and canonicalised
 -- correlations over heads, head-level PCA means and taxonomy fractions are replicate 0 of
 -- int_model_metric_replicates (shared with their intervals).  Counted and described here: heads
 -- with PCA and the spread (sd) of the PC0 statistics the training-trajectory figures plot.

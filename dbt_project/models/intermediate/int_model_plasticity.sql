@@ -1,4 +1,4 @@
--- Model-level plasticity (spec §2.3.8) for both estimators: decile_k = unweighted mean over
+-- Model-level plasticity (docs/metrics/aggregation.md#model-plasticity-profile) for both estimators: decile_k = unweighted mean over
 -- heads with a value for that decile, ap_overall = mean of head ap_overall, quintiles, first /
 -- last 20 %, drop and the NoPE-study decile means from the model deciles, and the gaps
 -- Gaussian minus empirical.  The values are replicate 0 of int_model_metric_replicates (the

@@ -1,4 +1,4 @@
--- Model-level planar-rotation summary (spec §4, §5.3): means over heads (|x| columns are means
+-- Model-level planar-rotation summary (docs/metrics/aggregation.md#rotation-and-pca-summaries): means over heads (|x| columns are means
 -- of per-head absolute values), bias medians / fractions and max residual_pos_r are replicate 0
 -- of int_model_metric_replicates (shared with their intervals).  Counted here: heads and
 -- degenerate heads; described here: median + IQR of the four quantities the SmolLM3 trajectory

@@ -1,4 +1,5 @@
--- Model metrics beside external benchmark scores (spec §4 Tables 1-3, 8): observation rows pair
+-- Model metrics beside external benchmark scores
+-- (docs/metrics/aggregation.md#benchmarks-and-published-numbers): observation rows pair
 -- each ingested model's benchmark score (LongBench-Pro overall / per length, RULER per length /
 -- average) with the metrics of var('benchmark_metrics') and, for per-length scores, the
 -- matched plasticity length bin (metric = 'matched_len_bin').  One row per (benchmark score,

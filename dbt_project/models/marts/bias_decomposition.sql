@@ -1,4 +1,4 @@
--- Bias decomposition per model / checkpoint (spec §2.2.3, I-03, I-32): mean mu_q_a, alpha_k,
+-- Bias decomposition per model / checkpoint (docs/metrics/rotation.md#what-bias_strength-means): mean mu_q_a, alpha_k,
 -- |alpha_k| and bias_strength = mean(mu_q_a * alpha_k) over heads, bias_strength x L_ctx, and
 -- for checkpoints the change from the previous checkpoint of the same family.
 {%- set tracked = ['mu_q_a', 'alpha_k', 'abs_alpha_k', 'bias_strength', 'bias_strength_ctx'] %}

@@ -1,4 +1,4 @@
--- Positional component weights per model (spec §2.3.8): mean over heads of component_weight
+-- Positional component weights per model (docs/metrics/aggregation.md#layers-families-components-heatmaps): mean over heads of component_weight
 -- (and component_r2) per head-dimension index, separately per d.  rope_pair_index groups the
 -- two dims of one RoPE frequency (HF rotate-half layout: i and i + d/2).
 with comps as (

@@ -77,7 +77,7 @@ select
     {{ depth_bin('h.layer', 'm.num_layers') }} as depth_bin,
     list_contains(m.nope_layer_list, h.layer) as is_nope,
     list_contains(m.cross_attention_layer_list, h.layer) as is_cross_attention,
-    -- PCA (spec §2.1) and taxonomy (spec §3)
+    -- PCA (docs/metrics/pca.md) and taxonomy
     (pca.model_id is not null) as has_pca,
     tax.ev0,
     pca.ev1,
@@ -95,7 +95,7 @@ select
     pca.qk_sep_pc0,
     pca.fisher_pc0,
     pca.qk_acc_pc01,
-    -- rotation (spec §2.2)
+    -- rotation (docs/metrics/rotation.md)
     (rot.model_id is not null) as has_rotation,
     rot.degenerate,
     rot.position_r,
@@ -123,7 +123,7 @@ select
     rot.residual_pos_r,
     rot.n_active_pairs,
     rot.active_var_frac,
-    -- plasticity (spec §2.3): Gaussian closed form, then the real-query count
+    -- plasticity (docs/metrics/plasticity.md): Gaussian closed form, then the real-query count
     (pl_run.model_id is not null) as has_plasticity,
     coalesce(pl_run.empirical, false) as has_empirical,
     pl_run.pairs,

@@ -1,4 +1,4 @@
--- Head taxonomy (spec §3): one row per head with PCA results, the taxonomy columns of
+-- Head taxonomy (docs/metrics/pca.md#head-taxonomy): one row per head with PCA results, the taxonomy columns of
 -- head_metrics (classes decided in int_head_taxonomy).
 select
     model_id,

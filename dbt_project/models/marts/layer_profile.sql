@@ -1,4 +1,4 @@
--- Per-layer profile (spec §2.3.8 NoPE study, §4 depth heatmaps): mean over the layer's heads
+-- Per-layer profile (docs/metrics/aggregation.md#layers-families-components-heatmaps): mean over the layer's heads
 -- of the head deciles, ap_overall, q_beta_norm, q_R2_pos and PCA / rotation means; recovery =
 -- mean(d6, d7) - mean(d4, d5); NoPE and cross-attention flags and NoPE adjacency.
 with heads as (

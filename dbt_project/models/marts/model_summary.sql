@@ -1,5 +1,5 @@
 -- depends_on: {{ ref('plasticity_bins') }}
--- One row per ingested model (spec §4): identity, head counts, PCA, taxonomy, rotation and
+-- One row per ingested model (docs/metrics/aggregation.md): identity, head counts, PCA, taxonomy, rotation and
 -- plasticity summaries, one column per length-bin metric, and the benchmark constants.
 {%- set bin_metrics = plasticity_bin_metric_names() %}
 with models as (
@@ -92,7 +92,7 @@ select
         case when coalesce(r.n_heads_rotation, 0) between 1 and coalesce(h.n_heads_analysable, 0) - 1 then 'rotation' end,
         case when coalesce(pl.n_heads_plasticity, 0) between 1 and coalesce(h.n_heads_analysable, 0) - 1
              then 'plasticity' end), '') as partial_analyses,
-    -- PCA (spec §2.1): per-pc means, head-level means, taxonomy fractions (spec §3)
+    -- PCA: per-pc means, head-level means, taxonomy fractions
     {%- for k in range(10) %}
     p.ev_{{ k }},
     p.r_q_{{ k }},
@@ -113,7 +113,7 @@ select
     p.frac_k_positional,
     p.frac_content_focused,
     p.frac_mixed,
-    -- rotation (spec §2.2)
+    -- rotation
     r.n_degenerate,
     r.position_r,
     r.abs_r_q_a,
@@ -138,7 +138,7 @@ select
     r.max_residual_pos_r,
     r.n_active_pairs,
     r.active_var_frac,
-    -- plasticity (spec §2.3.8)
+    -- plasticity
     pl.ap_overall,
     {%- for k in range(10) %}
     pl.decile_{{ k }},

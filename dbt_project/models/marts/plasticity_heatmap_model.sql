@@ -1,4 +1,4 @@
--- Plasticity heatmap per model (spec §2.3.8): accumulators pooled over heads and query buckets
+-- Plasticity heatmap per model (docs/metrics/aggregation.md#layers-families-components-heatmaps): accumulators pooled over heads and query buckets
 -- per (dx_bin, dm_bin); ap_mean = sum_pp / n, NULL (masked) when n < var('heatmap_n_min').
 -- Axes in tokens: bin start = bin * bucket size W.
 with cells as (

@@ -1,4 +1,4 @@
--- Plasticity per absolute-position length bin (spec §2.3.8): LongBench-Pro, RULER and the
+-- Plasticity per absolute-position length bin (docs/metrics/aggregation.md#length-bins-absolute-positions): LongBench-Pro, RULER and the
 -- SmolLM3 short-/long-context checkpoint bins, as defined by the plasticity_bins seed and
 -- assigned to models by plasticity_bin_rules.  Empty bins keep value NULL.
 select

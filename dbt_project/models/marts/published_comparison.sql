@@ -1,6 +1,7 @@
 -- Our value beside every published value (reference seeds published_model_metrics and
 -- published_layer_metrics) for the ingested models, with difference = ours - published and the
--- spec §5 tolerance of the first matching anchor_tolerances rule.
+-- tolerance of the first matching anchor_tolerances rule
+-- (docs/metrics/aggregation.md#benchmarks-and-published-numbers).
 with models as (
     select model_id from {{ ref('int_models') }}
 ),

@@ -1,4 +1,4 @@
--- Fraction of heads per taxonomy class (spec §3): per model, per family and over all ingested
+-- Fraction of heads per taxonomy class (docs/metrics/aggregation.md#taxonomy): per model, per family and over all ingested
 -- heads.  Denominator = heads with PCA results; every class has a row (0 when absent).
 with heads as (
     select model_id, family, taxonomy from {{ ref('head_taxonomy') }} where taxonomy is not null

@@ -1,4 +1,4 @@
--- Training trajectory (spec §4 Table 5, §5.2-5.4): one row per checkpoint (models with a
+-- Training trajectory (docs/metrics/aggregation.md#rotation-and-pca-summaries): one row per checkpoint (models with a
 -- checkpoint phase or step), in chronological order within the family, with the rotation,
 -- plasticity and PCA quantities the SmolLM3 tables and figures track.
 with ms as (

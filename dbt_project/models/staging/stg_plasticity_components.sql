@@ -1,4 +1,4 @@
--- Positional component weights per head and head dimension (queries only, spec I-29).
+-- Positional component weights per head and head dimension (queries only, original basis).
 select
     model_id,
     layer,
