@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from qkwh.columns import as_arrow
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
 
@@ -260,7 +261,7 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
 
     if table not in CATALOG_TABLES + compute_tables() + ("run_config", "current_config", "mart_builds"):
         raise ValueError(f"not a qkwh table: {table!r}")
-    data = columns if isinstance(columns, pa.Table) else pa.table({k: _as_arrow(v) for k, v in columns.items()})
+    data = columns if isinstance(columns, pa.Table) else pa.table({k: as_arrow(v) for k, v in columns.items()})
     if data.num_rows == 0:
         return 0
     con.register("_qkwh_insert", data)
@@ -269,20 +270,6 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
     finally:
         con.unregister("_qkwh_insert")
     return data.num_rows
-
-
-def _as_arrow(values: object):
-    import numpy as np
-    import pyarrow as pa
-
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values
-    if isinstance(values, np.ndarray) and values.ndim == 2:  # rows of vectors -> list column
-        flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel())
-        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(pa.float32()))
-    if isinstance(values, np.ndarray) and values.dtype == object:
-        return pa.array(values.tolist())
-    return pa.array(values)
 
 
 VECTORS_VIEW_PREFIX = "vectors_"  # one view per model: vectors_<model_id>

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from qkwh.analyses.stats import cap_rows
+from qkwh.columns import as_arrow
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.compute import registry
 from qkwh.compute.registry import Analysis
@@ -58,17 +59,6 @@ def _to_ipc(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
-def _arrow_column(values: object) -> pa.Array:
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values
-    if isinstance(values, np.ndarray) and values.ndim == 2:  # rows of vectors -> list<float32>
-        flat = pa.array(np.ascontiguousarray(values, dtype=np.float32).ravel())
-        return pa.FixedSizeListArray.from_arrays(flat, values.shape[1]).cast(pa.list_(pa.float32()))
-    if isinstance(values, np.ndarray) and values.dtype == object:
-        return pa.array(values.tolist())
-    return pa.array(values)
-
-
 def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
                 config_ids: dict[str, str]) -> dict[str, pa.Table]:
     """One head's results as Arrow tables keyed like the warehouse rows: model_id, layer, q_head,
@@ -84,7 +74,7 @@ def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
                    "q_head": pa.array(np.full(n, unit.q_head, dtype=np.int32)),
                    "k_head": pa.array(np.full(n, unit.k_head, dtype=np.int32)),
                    "config_id": pa.array([config_ids[analysis]] * n, pa.string())}
-            out[table] = pa.table({**key, **{c: _arrow_column(v) for c, v in cols.items()}})
+            out[table] = pa.table({**key, **{c: as_arrow(v) for c, v in cols.items()}})
     return out
 
 
