@@ -270,7 +270,7 @@ class Phase:
     workers: int
     wall_s: float
     cpu_s: float  # sum of the workers' CPU time over all tasks
-    consumer_s: float  # parent time between results (the runner's DuckDB writes)
+    consumer_s: float  # parent time between results (receiving them, the runner's batched DuckDB writes)
     worker_peak: int  # bytes, max over workers
     parent_peak: int  # bytes
     parent_cpu_s: float = 0.0  # CPU time of the parent process (all its threads, DuckDB's included)
