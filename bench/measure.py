@@ -408,6 +408,17 @@ SCALING_COLUMNS = (("read q+k", None, None), ("pca", ("pca",), SAMPLED), ("rotat
                    ("all three (sampled)", ANALYSES, SAMPLED))
 
 
+
+def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> list:
+    """The head units of a benchmark model of ``heads`` heads x ``rows`` vectors (generated and
+    ingested into a scratch warehouse if needed; the warehouse is removed, the files stay)."""
+    spec = ModelSpec(heads=heads, rows=rows)
+    data, _ = ensure_dataset(spec, out, log)
+    db, _ = fresh_ingest(spec, data, out)
+    tasks = plan_tasks(db, spec.model_id, config)
+    shutil.rmtree(db.parent, ignore_errors=True)
+    return [u for t in tasks for u in t.heads]
+
 def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3) -> list[dict]:
     """Median per-head CPU seconds (``time.process_time``) of reading and of each analysis, in this
     process (no pool, no DuckDB writes, BLAS on one thread).  Each head is timed ``repeat`` times
@@ -417,12 +428,7 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
     includes what they share (the head's moments)."""
     results = []
     for rows in rows_list:
-        spec = ModelSpec(heads=heads, rows=rows)
-        data, _ = ensure_dataset(spec, out, log)
-        db, _ = fresh_ingest(spec, data, out)
-        tasks = plan_tasks(db, spec.model_id, SAMPLED)
-        shutil.rmtree(db.parent, ignore_errors=True)
-        units = [u for t in tasks for u in t.heads]
+        units = model_units(heads, rows, out, SAMPLED, log)
         log(f"[scaling] {rows:,} vectors per file, {len(units)} heads ...")
         cols = [c for c in SCALING_COLUMNS if exhaustive or c[0] != "plasticity (exhaustive)"]
         times: dict[str, list[float]] = {name: [] for name, _, _ in cols}
@@ -479,12 +485,7 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     Returns ``{"text": the pstats listing (top functions by own and by cumulative time),
     "heads": n, "top": [(function, own ms per head, share of the total)] (the 12 largest)}``.
     """
-    spec = ModelSpec(heads=heads, rows=rows)
-    data, _ = ensure_dataset(spec, out, log)
-    db, _ = fresh_ingest(spec, data, out)
-    tasks = plan_tasks(db, spec.model_id, config)
-    shutil.rmtree(db.parent, ignore_errors=True)
-    units = [u for t in tasks for u in t.heads]
+    units = model_units(heads, rows, out, config, log)
     loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u in units]
     run_analyses(loaded[0], ANALYSES, config)  # warm-up
     prof = cProfile.Profile()

@@ -149,6 +149,13 @@ def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
+def _ratio_target(what: str, wall_s: float, read_s: float, target: float, detail: str) -> str:
+    """One target line: ``what`` = wall / read-only, its verdict against ``target`` and, when
+    missed, by how much."""
+    r = wall_s / read_s
+    return (f"- {what} = {r:.1f} x read-only ({detail}; target <= {target:g} x): {_verdict(r <= target)}"
+            + ("" if r <= target else f", by {r / target:.1f} x"))
+
 def verdicts(main: dict, small: dict | None, scale: list[dict] | None = None, target: float = 3.0,
              exhaustive_target: float = 5.0, exponent_target: float = 1.05, plasticity_ms: float = 40.0) -> list[str]:
     out = []
@@ -160,20 +167,16 @@ def verdicts(main: dict, small: dict | None, scale: list[dict] | None = None, ta
     read = main["read"]
     allp = find_phase(main, "all three (sampled)")
     if allp:
-        r = allp.wall_s / read.wall_s
-        out.append(f"- time: all three (sampled plasticity) = {r:.1f} x read-only "
-                   f"({_s(allp.wall_s)} s vs {_s(read.wall_s)} s; target <= {target:g} x): {_verdict(r <= target)}"
-                   + ("" if r <= target else f", by {r / target:.1f} x"))
+        out.append(_ratio_target("time: all three (sampled plasticity)", allp.wall_s, read.wall_s, target,
+                                 f"{_s(allp.wall_s)} s vs {_s(read.wall_s)} s"))
         if read.cpu_s > 0:
             out.append(f"- in the workers alone (CPU time of the tasks: no pool start-up, no parent writes): all "
                        f"three (sampled) = {allp.cpu_s / read.cpu_s:.1f} x read-only ({_s(allp.cpu_s)} s vs "
                        f"{_s(read.cpu_s)} s)")
     exh = find_phase(main, "plasticity (exhaustive)")
     if exh:
-        r = exh.wall_s / read.wall_s
-        out.append(f"- exhaustive plasticity = {r:.1f} x read-only ({_s(exh.wall_s)} s; target <= "
-                   f"{exhaustive_target:g} x): {_verdict(r <= exhaustive_target)}"
-                   + ("" if r <= exhaustive_target else f", by {r / exhaustive_target:.1f} x"))
+        out.append(_ratio_target("exhaustive plasticity", exh.wall_s, read.wall_s, exhaustive_target,
+                                 f"{_s(exh.wall_s)} s"))
     allx = find_phase(main, "all three (exhaustive)")
     if allx:
         out.append(f"- all three with exhaustive plasticity = {allx.wall_s / read.wall_s:.1f} x read-only "
