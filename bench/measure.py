@@ -143,7 +143,7 @@ def read_only_group(task: GroupTask) -> list[HeadOutcome]:
         for unit in task.heads:
             t0 = time.perf_counter()
             head_data(unit, read_file(unit.q_path), k_data, task.config)
-            outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0))
+            outcomes.append(HeadOutcome(unit, time.perf_counter() - t0))
     return outcomes
 
 

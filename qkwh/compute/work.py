@@ -31,7 +31,6 @@ from qkwh.sniffed.reader import FileData, read_file
 @dataclass
 class HeadOutcome:
     unit: HeadUnit
-    results: dict[str, AnalysisResult]  # analysis -> its tables (empty once converted to ``tables``)
     seconds: float
     error: str | None = None
     tables: dict[str, pa.Table] | None = None  # warehouse table -> rows (head key and config_id in place)
@@ -136,18 +135,15 @@ def run_group(task: GroupTask) -> list[HeadOutcome]:
 def _run_group(task: GroupTask) -> list[HeadOutcome]:
     outcomes: list[HeadOutcome] = []
     declared = {a.name: a for a in task.declarations}
+    config_ids = dict(task.config_ids)
     k_data = read_file(task.heads[0].k_path)
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
             head = head_data(unit, read_file(unit.q_path), k_data, task.config)
             results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config)
-            if task.config_ids:  # ship Arrow, ready to insert
-                tables = head_tables(unit, results, dict(task.config_ids))
-                outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0, tables=tables,
-                                            analyses=tuple(results)))
-            else:
-                outcomes.append(HeadOutcome(unit, results, time.perf_counter() - t0))
+            tables = head_tables(unit, results, config_ids)  # Arrow, ready to insert
+            outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, tables=tables, analyses=tuple(results)))
         except Exception as exc:  # one bad head must not sink the run; reported by the runner
-            outcomes.append(HeadOutcome(unit, {}, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"))
+            outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"))
     return outcomes

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from qkwh import store
 from qkwh.compute import registry
-from qkwh.compute.work import HeadOutcome, head_tables
+from qkwh.compute.work import HeadOutcome
 from qkwh.errors import InputError, QkwhError
 from qkwh.params import RunConfig
 
@@ -85,10 +85,6 @@ def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids
 # ---------------------------------------------------------------------------------------------
 
 
-def _analyses(o: HeadOutcome) -> tuple[str, ...]:
-    return o.analyses or tuple(o.results)
-
-
 def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome], config_ids: dict[str, str],
                 previous: set[HeadSet], *, make_current: bool = True,
                 made_current: set[tuple[str, str]] | None = None) -> int:
@@ -102,7 +98,7 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
     settled by an earlier batch: they are left alone, so a `qkwh runs use` during the run holds.
     Returns the number of heads written.
     """
-    outcomes = [o for o in outcomes if not o.error and _analyses(o)]
+    outcomes = [o for o in outcomes if not o.error and o.analyses]
     if not outcomes:
         return 0
     parts: dict[str, list[pa.Table]] = {}
@@ -111,11 +107,10 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
     written: list[HeadSet] = []
     for o in outcomes:
         u = o.unit
-        tables = o.tables if o.tables is not None else head_tables(u, o.results, config_ids)
-        for name, t in tables.items():
+        for name, t in (o.tables or {}).items():
             parts.setdefault(name, []).append(t)
         fp = u.input_fingerprint()
-        for analysis in _analyses(o):
+        for analysis in o.analyses:
             written.append((*u.key, analysis, config_ids[analysis]))
             for col, value in zip(_RUN_COLUMNS, (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis],
                                                  fp, now, o.seconds)):
@@ -135,7 +130,7 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
                 store.insert_columns(con, name, data)
         store.insert_columns(con, "head_runs", runs)
         # the marts report each (model, analysis) under exactly one parameter set
-        current = sorted({(o.unit.model_id, a) for o in outcomes for a in _analyses(o)} - (made_current or set()))
+        current = sorted({(o.unit.model_id, a) for o in outcomes for a in o.analyses} - (made_current or set()))
         if current:
             sql = store.load_sql("set_current_config" if make_current else "set_current_config_if_missing")
             con.executemany(sql, [[m, a, config_ids[a], now] for m, a in current])
