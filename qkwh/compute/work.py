@@ -23,6 +23,7 @@ from qkwh.columns import as_arrow
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.compute import registry
 from qkwh.compute.registry import Analysis
+from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
 from qkwh.sniffed.reader import FileData, read_file
@@ -125,9 +126,12 @@ def run_group(task: GroupTask) -> list[HeadOutcome]:
 
     BLAS runs on one thread here, wherever this runs (a pool worker, in-process): LAPACK's
     results change in the last bits with the thread count, and N workers should use N cores.
+    The process keeps the memory it frees (:mod:`qkwh.compute.memory`): no page faults on the
+    next head's temporaries.
     """
     from threadpoolctl import threadpool_limits
 
+    keep_freed_memory()
     with threadpool_limits(limits=1):
         return _run_group(task)
 
