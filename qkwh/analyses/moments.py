@@ -16,11 +16,14 @@ import numpy as np
 
 from qkwh.analyses.types import HeadData
 
-__all__ = ["MIN_ROWS", "HeadMoments", "head_moments", "validate_head", "orient_largest_positive",
-           "complement_basis", "cap_rows"]
+__all__ = ["MIN_ROWS", "MAX_QUERY_BUCKETS", "HeadMoments", "QueryMoments", "head_moments", "query_moments",
+           "validate_head", "orient_largest_positive", "complement_basis", "cap_rows"]
 
 #: minimum number of q rows and of k rows an analysis accepts (p-values need n - 2 >= 1)
 MIN_ROWS: int = 3
+#: above this many distinct query buckets the per-bucket scatter matrices are not formed
+#: (``QueryMoments.bucket_scatter`` is None and the head's scatter is one Gram of all rows)
+MAX_QUERY_BUCKETS: int = 1024
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,16 +75,107 @@ def complement_basis(axes: np.ndarray) -> np.ndarray:
 # per-head moments
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class QueryMoments:
+    """The queries of one head in bucket order, centred, with their per-bucket moments (float64).
+
+    Computed once per head and shared by PCA, rotation (through :class:`HeadMoments`) and
+    plasticity: the per-bucket scatter matrices are the plasticity query models' covariances, and
+    they add up (with the between-bucket term) to the head's query scatter, so the O(n d²) pass
+    over the query rows is made once.
+
+    Attributes
+    ----------
+    order : (n_q,) int64; row r of ``qc`` is file row ``order[r]`` (stable sort by bucket)
+    qc : (n_q, d) the query rows in that order minus their mean ``mu``
+    t : (n_q,) their positions (float64), same order
+    mu : (d,) mean query
+    buckets : (B,) the distinct buckets, ascending; ``start``, ``count`` : (B,) int64, bucket i
+        is rows ``start[i] : start[i] + count[i]`` of ``qc``
+    bucket_mean : (B, d) mean of each bucket's rows of ``qc`` (= bucket mean minus ``mu``)
+    bucket_scatter : (B, d, d) Σ over the bucket of (x - x̄_b)(x - x̄_b)ᵀ, formed as the bucket's
+        Gram about ``mu`` minus ``count_b · bucket_mean_b bucket_mean_bᵀ``; None when there are
+        more than :data:`MAX_QUERY_BUCKETS` buckets
+    scatter : (d, d) Σ over all rows of (x - mu)(x - mu)ᵀ, the sum of the buckets' Gram
+        matrices about ``mu``
+    """
+
+    order: np.ndarray
+    qc: np.ndarray
+    t: np.ndarray
+    mu: np.ndarray
+    buckets: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    bucket_mean: np.ndarray
+    bucket_scatter: np.ndarray | None
+    scatter: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.qc.shape[0])
+
+    def file_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Positions in ``qc`` of the file rows ``rows`` (the inverse of ``order``)."""
+        inv = np.empty_like(self.order)
+        inv[self.order] = np.arange(self.order.size)
+        return inv[np.asarray(rows, dtype=np.int64)]
+
+
+def query_moments(q: np.ndarray, q_pos: np.ndarray, q_bucket: np.ndarray) -> QueryMoments:
+    """The :class:`QueryMoments` of query rows ``q`` (n_q, d) with positions and buckets (n_q,).
+
+    No validation (an empty ``q`` gives NaN means); cost one gather and cast of the rows, one
+    pass to centre them and one Gram matrix per bucket (O(n_q d²) in all, as for one Gram of
+    all rows).
+    """
+    qb = np.asarray(q_bucket, dtype=np.int64)
+    order = np.argsort(qb, kind="stable")
+    xc = np.take(np.asarray(q), order, axis=0).astype(np.float64, copy=False)
+    if not xc.flags.c_contiguous:
+        xc = np.ascontiguousarray(xc)
+    t = np.asarray(q_pos, dtype=np.float64)[order]
+    n, d = xc.shape
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = xc.mean(axis=0) if n else np.full(d, np.nan)
+    xc -= mu
+    buckets, start, count = np.unique(qb[order], return_index=True, return_counts=True)
+    nb = len(buckets)
+    bucket_mean = np.empty((nb, d))
+    bucket_scatter = np.empty((nb, d, d)) if nb <= MAX_QUERY_BUCKETS else None
+    scatter = np.zeros((d, d))
+    for i in range(nb):
+        rows = xc[int(start[i]): int(start[i] + count[i])]
+        m = rows.mean(axis=0)
+        bucket_mean[i] = m
+        if bucket_scatter is not None:
+            # Gram of the bucket's rows about the head mean; minus the bucket-mean term it is the
+            # bucket's own scatter (rows are centred on mu already: no large offset cancels)
+            g = _gram(rows)
+            scatter += g
+            g -= float(count[i]) * np.outer(m, m)
+            bucket_scatter[i] = g
+    if bucket_scatter is None:
+        scatter = _gram(xc)
+    return QueryMoments(order=order, qc=xc, t=t, mu=mu, buckets=buckets, start=start.astype(np.int64),
+                        count=count.astype(np.int64), bucket_mean=bucket_mean, bucket_scatter=bucket_scatter,
+                        scatter=scatter)
+
+
+@dataclass(frozen=True)
 class HeadMoments:
     """Float64 copies and first/second moments of one head (shared by PCA and rotation).
 
     Scatter/cross sums are *unnormalised* (divide by n - 1 or n as needed).
 
+    The query side comes from the head's :class:`QueryMoments` (rows in bucket order, see
+    ``query``); the key rows keep their file order.
+
     Attributes
     ----------
-    qc : (n_q, d) float64 query rows centred on their class mean (raw row = qc + mu_q)
-    kc : (n_k, d) key rows centred on mu_k
-    t : (n_q,) query positions (float64);  s : (n_k,) key positions
+    qc : (n_q, d) float64 query rows centred on their class mean (raw row = qc + mu_q), in
+        bucket order (``query.order``)
+    kc : (n_k, d) key rows centred on mu_k (file order)
+    t : (n_q,) query positions (float64, order of ``qc``);  s : (n_k,) key positions
     mu_q, mu_k : (d,) class means
     scatter_q : (d, d) Σ_i (q_i - mu_q)(q_i - mu_q)ᵀ;  scatter_k likewise
     cross_qt : (d,) Σ_i (q_i - mu_q)(t_i - t̄);  cross_ks : Σ_j (k_j - mu_k)(s_j - s̄)
@@ -105,6 +199,7 @@ class HeadMoments:
     sss: float
     msq_q: float
     msq_k: float
+    query: QueryMoments | None = None
 
     @property
     def n_q(self) -> int:
@@ -195,33 +290,35 @@ def _gram(xc: np.ndarray) -> np.ndarray:
     return xc.T @ xc
 
 
-def head_moments(head: HeadData) -> HeadMoments:
+def head_moments(head: HeadData, *, query: QueryMoments | None = None) -> HeadMoments:
     """The :class:`HeadMoments` of ``head``.
 
     Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
-    PCA and rotation on the same head compute it once and pass it to both (``moments=``).
+    several analyses on the same head compute it once and pass it to each (``moments=``);
+    ``query`` is the head's :func:`query_moments` when already computed (it is otherwise built here).
     """
     validate_head(head)
-    t = np.asarray(head.q_pos, dtype=np.float64)
+    qm = query if query is not None else query_moments(head.q, head.q_pos, head.q_bucket)
     s = np.asarray(head.k_pos, dtype=np.float64)
 
-    def side(x_in: np.ndarray, p: np.ndarray) -> tuple:
-        xc = np.array(x_in, dtype=np.float64, order="C", copy=True)
-        mu = xc.mean(axis=0)
-        xc -= mu
-        scatter = _gram(xc)
-        msq = float(np.trace(scatter)) / xc.shape[0] + float(mu @ mu)
+    def position_moments(xc: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float, float]:
         pm = float(p.mean())
         pc = p - pm
-        return xc, mu, scatter, pc @ xc, pm, float(pc @ pc), msq
+        return pc @ xc, pm, float(pc @ pc)
 
-    qc, mu_q, sc_q, cr_q, tm, stt, msq_q = side(head.q, t)
-    kc, mu_k, sc_k, cr_k, sm, sss, msq_k = side(head.k, s)
-    mom = HeadMoments(
-        qc=qc, kc=kc, t=t, s=s, mu_q=mu_q, mu_k=mu_k, scatter_q=sc_q, scatter_k=sc_k,
+    cr_q, tm, stt = position_moments(qm.qc, qm.t)
+    msq_q = float(np.trace(qm.scatter)) / qm.n + float(qm.mu @ qm.mu)
+    kc = np.array(head.k, dtype=np.float64, order="C", copy=True)
+    mu_k = kc.mean(axis=0)
+    kc -= mu_k
+    sc_k = _gram(kc)
+    msq_k = float(np.trace(sc_k)) / kc.shape[0] + float(mu_k @ mu_k)
+    cr_k, sm, sss = position_moments(kc, s)
+    return HeadMoments(
+        qc=qm.qc, kc=kc, t=qm.t, s=s, mu_q=qm.mu, mu_k=mu_k, scatter_q=qm.scatter, scatter_k=sc_k,
         cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss, msq_q=msq_q, msq_k=msq_k,
+        query=qm,
     )
-    return mom
 
 
 # ---------------------------------------------------------------------------------------------

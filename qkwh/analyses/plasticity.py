@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from qkwh.analyses.moments import QueryMoments, query_moments
 from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
 from qkwh.analyses.normality import (  # noqa: F401 (_kstwo_sf_one: tests)
     _kstwo_sf_one,
@@ -62,6 +63,8 @@ from qkwh.analyses.plasticity_model import (
     orientation_signs,
     pair_plasticity,
     query_model,
+    query_model_from_moments,
+    reflect_symmetric,
     scalar_position_predictability,
 )
 from qkwh.analyses.plasticity_pairs import (
@@ -233,7 +236,8 @@ def _nan_diagnostics() -> dict[str, float]:
     return {c: math.nan for c in _DIAG_COLUMNS}
 
 
-def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisResult:
+def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
+            moments: QueryMoments | None = None) -> AnalysisResult:
     """Attention plasticity of one head -> the four ``plasticity_*`` tables (docs/metrics/plasticity.md).
 
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
@@ -242,6 +246,8 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
     params : :class:`~qkwh.params.PlasticityParams` (cov_mode, eligibility, pairs, P, ...).
     seed : the run's base seed; normality dims use ``default_rng(seed)``, pairs use
         ``default_rng(pair_seed(seed, layer, q_head))`` consumed bucket by bucket in increasing j.
+    moments : the head's :func:`~qkwh.analyses.moments.query_moments` when already computed
+        (shared with PCA and rotation); built here otherwise.
 
     Degenerate input never raises: no keys, n_q < 2, buckets with n_j < 2 or no admissible pair
     produce rows with NaN plasticity.  Inconsistent shapes raise ``ValueError`` naming the array.
@@ -268,11 +274,12 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
     mode_tag = f"{params.pairs}/{params.cov_mode}/{params.eligibility}"
 
     # queries sorted by bucket (stable): every bucket is a contiguous block; all statistics
-    # are row-order free, so this only changes floating summation order (deterministically)
-    qb = np.asarray(head.q_bucket, dtype=np.int64)
-    qorder = np.argsort(qb, kind="stable")
-    qb = qb[qorder]
-    t = np.asarray(head.q_pos, dtype=np.float64)[qorder]
+    # are row-order free, so this only changes floating summation order (deterministically).
+    # The head's query moments (shared with PCA and rotation) hold them that way, centred, with
+    # each bucket's mean and scatter matrix.
+    qm = moments if moments is not None else query_moments(q_in, head.q_pos, head.q_bucket)
+    qorder = qm.order
+    t = qm.t
 
     # -- keys: sort by (example, position); orientation from key bucket means ---------------
     k_ex_ids, k_ex = np.unique(np.asarray(head.k_example), return_inverse=True)
@@ -290,11 +297,13 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
 
     # -- regression on oriented queries, Householder, diagnostics -------------------------------
     # Qc = oriented queries minus their mean; rotated in place below (H(x - xbar) = Hx - H xbar)
-    q_sorted = np.take(np.asarray(q_in), qorder, axis=0)
-    Qc = np.multiply(q_sorted, signs, dtype=np.float64)
+    # the empirical estimator scores raw queries
+    q_sorted = np.take(np.asarray(q_in), qorder, axis=0) if params.empirical else None
+    # oriented queries minus their mean: sign flips are exact, so this is (q * signs) - mean
+    # of (q * signs) to the last bit
+    Qc = qm.qc * signs
     if n_q >= 1:
-        qbar = Qc.mean(axis=0)
-        Qc -= qbar
+        qbar = qm.mu * signs
         reg = fit_position_regression(t, Qc, centred=True)
         reg = Regression(reg.alpha + qbar, reg.beta, reg.r2, reg.ss_res, reg.ss_tot)
         beta_norm = float(np.linalg.norm(reg.beta))
@@ -320,8 +329,11 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
 
     # -- buckets ------------------------------------------------------------------------------
     rng = np.random.default_rng(used_seed)
-    buckets, bstart, bcount = np.unique(qb, return_index=True, return_counts=True)
+    buckets, bstart, bcount = qm.buckets, qm.start, qm.count
     nb = len(buckets)
+    # per-bucket rotated moments from the shared ones: mean H D m_b, scatter H D S_b D H
+    # (D = diag(signs), H the reflection; O(d²) per bucket instead of a pass over its rows)
+    flip = np.outer(signs, signs)
     b_tau = np.full(nb, np.nan)
     b_elig = np.zeros(nb, dtype=np.int64)
     b_adm = np.zeros(nb, dtype=np.int64)
@@ -353,10 +365,17 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int) -> AnalysisR
         b_adm[bi] = total
         if bcount[bi] < 2 or total == 0 or not model_ok:
             continue
-        model = query_model(
-            Qc[rows], tau, pos_model, params.cov_mode, params.eps,
-            global_fit=global_fit, global_resid_var=global_resid_var, offset=qbar_rot,
-        )
+        if qm.bucket_scatter is None or params.cov_mode == "global_diag":
+            model = query_model(
+                Qc[rows], tau, pos_model, params.cov_mode, params.eps,
+                global_fit=global_fit, global_resid_var=global_resid_var, offset=qbar_rot,
+            )
+        else:
+            mean_rot = apply_householder((qm.bucket_mean[bi] * signs)[None, :], v)[0]
+            model = query_model_from_moments(
+                mean_rot, reflect_symmetric(qm.bucket_scatter[bi] * flip, v), int(bcount[bi]), tau, pos_model,
+                params.cov_mode, params.eps, offset=qbar_rot,
+            )
         kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
                   queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,
                   gram_block=_GRAM_BLOCK, heat_dense_max=_HEAT_DENSE_MAX)

@@ -18,7 +18,8 @@ from scipy.special import ndtr
 
 __all__ = ["HOUSEHOLDER_TOL", "SS_TOT_FLOOR", "PositionalModel", "QueryModel", "Regression",
            "apply_householder", "component_weights", "fit_position_regression", "householder_vector",
-           "orientation_signs", "pair_plasticity", "query_model", "scalar_position_predictability"]
+           "orientation_signs", "pair_plasticity", "query_model", "query_model_from_moments", "reflect_symmetric",
+           "scalar_position_predictability"]
 
 HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (step 3)
 SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (step 2)
@@ -172,6 +173,23 @@ def apply_householder(X: np.ndarray, v: np.ndarray | None, *, inplace: bool = Fa
     return X
 
 
+def reflect_symmetric(S: np.ndarray, v: np.ndarray | None) -> np.ndarray:
+    """``H S H`` for a symmetric (d, d) ``S`` and ``H = I - 2 v v^T`` (``v=None``: a copy of S).
+
+    The second moments of reflected rows from those of the rows, at O(d²):
+    ``H S H = S - 2 (v u^T + u v^T) + 4 (v^T u) v v^T`` with ``u = S v``; exactly symmetric.
+    """
+    S = np.asarray(S, dtype=np.float64)
+    if v is None:
+        return S.copy()
+    u = S @ v
+    vu = np.outer(v, u)
+    vu += vu.T
+    out = S - 2.0 * vu
+    out += (4.0 * float(v @ u)) * np.outer(v, v)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # query model (step 4), closed form (step 6)
 # ---------------------------------------------------------------------------------------------
@@ -256,9 +274,43 @@ def query_model(
       regression ``global_fit`` and variances ``global_resid_var[1:]`` (ddof=1) + eps.
 
     The positional coordinate always uses the global ``pos`` (``w[0] = alpha_pos + beta_pos
-    tau``, variance ``sigma2_pos``).
+    tau``, variance ``sigma2_pos``).  The bulk path builds the same model from the head's shared
+    per-bucket moments (:func:`query_model_from_moments`).
     """
     q_rot = np.asarray(q_rot, dtype=np.float64)
+    if cov_mode == "global_diag":
+        d = q_rot.shape[1]
+        return query_model_from_moments(np.zeros(d), None, 0, tau, pos, cov_mode, eps, global_fit=global_fit,
+                                        global_resid_var=global_resid_var)
+    if cov_mode not in ("full", "diag"):
+        raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
+    n = q_rot.shape[0]
+    if n < 2:
+        raise ValueError(f"query_model needs at least 2 queries in the bucket; got {n}")
+    mean = q_rot.mean(axis=0)
+    c = q_rot - mean
+    return query_model_from_moments(mean, c.T @ c, n, tau, pos, cov_mode, eps, offset=offset)
+
+
+def query_model_from_moments(
+    mean: np.ndarray,
+    scatter: np.ndarray | None,
+    n: int,
+    tau: float,
+    pos: PositionalModel,
+    cov_mode: str = "full",
+    eps: float = 1e-12,
+    *,
+    global_fit: Regression | None = None,
+    global_resid_var: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
+) -> QueryModel:
+    """:func:`query_model` from the bucket's rotated moments instead of its rows.
+
+    mean : (d,) mean of the bucket's rotated rows (minus ``offset`` when given); scatter : (d, d)
+    their scatter matrix Σ (x - mean)(x - mean)^T (not read in ``global_diag``); n : rows
+    (n >= 2 for ``full`` / ``diag``).  Same modes and result as :func:`query_model`.
+    """
     w0 = pos.alpha_pos + pos.beta_pos * tau
     chol = None
     if cov_mode == "global_diag":
@@ -267,14 +319,12 @@ def query_model(
         mu = global_fit.alpha[1:] + global_fit.beta[1:] * tau
         cov = np.asarray(global_resid_var[1:], dtype=np.float64) + eps
     elif cov_mode in ("full", "diag"):
-        n = q_rot.shape[0]
         if n < 2:
             raise ValueError(f"query_model needs at least 2 queries in the bucket; got {n}")
-        mean = q_rot.mean(axis=0)
-        c = q_rot - mean
+        mean = np.asarray(mean, dtype=np.float64)
         mu = mean[1:] if offset is None else mean[1:] + offset[1:]
         if cov_mode == "full":
-            S = c.T @ c  # (d, d); row/column 0 replaced below
+            S = np.array(scatter, dtype=np.float64)  # (d, d); row/column 0 replaced below
             S /= n - 1
             S[0, :] = 0.0
             S[:, 0] = 0.0
@@ -284,7 +334,7 @@ def query_model(
             if np.isfinite(pos.sigma2_pos) and pos.sigma2_pos > 0:
                 chol = _upper_cholesky(S)
         else:
-            cov = np.einsum("ij,ij->j", c[:, 1:], c[:, 1:]) / (n - 1) + eps
+            cov = np.diagonal(scatter)[1:] / (n - 1) + eps
     else:
         raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
     return QueryModel(
@@ -337,8 +387,14 @@ def pair_plasticity(
 
 
 def _pp_from_mv(m: np.ndarray, v: np.ndarray, var_floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(pp, z)`` from pair means and variances: ``pp = 4 Phi(z) Phi(-z) = 4 a (1 - a)`` with
+    ``a = Phi(-|z|) <= 1/2`` (one evaluation of Phi per pair; ``1 - a`` is exact to an ulp)."""
     v = np.where(v <= 0, var_floor, v)
     z = m / np.sqrt(v)
-    return 4.0 * ndtr(z) * ndtr(-z), z
+    a = ndtr(-np.abs(z))
+    pp = 1.0 - a
+    pp *= a
+    pp *= 4.0
+    return pp, z
 
 

@@ -118,17 +118,23 @@ def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) ->
     dm = mom.delta_mu
     if pairing == "independent":
         return mom.scatter_q / mom.n_q + mom.scatter_k / mom.n_k + np.outer(dm, dm)
+    # mom.qc holds the query rows in bucket order: file row i is mom.qc[_q_rows(mom, i)]
     if pairing == "row_order":
         n = min(mom.n_q, mom.n_k)
-        delta = mom.qc[:n] - mom.kc[:n] + dm
+        delta = mom.qc[_q_rows(mom, np.arange(n))] - mom.kc[:n] + dm
     elif pairing == "same_example_nearest":
         qi, ki = nearest_pairs(head.q_example, head.q_pos, head.k_example, head.k_pos)
         if qi.size == 0:
             raise ValueError("pairing 'same_example_nearest': no query row shares an example with a key row")
-        delta = mom.qc[qi] - mom.kc[ki] + dm
+        delta = mom.qc[_q_rows(mom, qi)] - mom.kc[ki] + dm
     else:
         raise ValueError(f"unknown pairing {pairing!r}; expected independent, same_example_nearest or row_order")
     return (delta.T @ delta) / delta.shape[0]
+
+
+def _q_rows(mom: stats.HeadMoments, file_rows: np.ndarray) -> np.ndarray:
+    """Rows of ``mom.qc`` holding the query file rows ``file_rows``."""
+    return file_rows if mom.query is None else mom.query.file_rows(file_rows)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,9 +26,11 @@ from qkwh.analyses.lda import lda_accuracy, lda_accuracy_from_scores, lda_direct
 from qkwh.analyses.moments import (
     MIN_ROWS,
     HeadMoments,
+    QueryMoments,
     cap_rows,
     complement_basis,
     head_moments,
+    query_moments,
     orient_largest_positive,
     validate_head,
 )
@@ -37,7 +39,9 @@ __all__ = [
     "ZERO_VAR_REL",
     "MIN_ROWS",
     "HeadMoments",
+    "QueryMoments",
     "head_moments",
+    "query_moments",
     "validate_head",
     "cap_rows",
     "is_zero_variance",

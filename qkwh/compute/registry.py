@@ -146,24 +146,46 @@ class Analysis:
 # per-head precomputation shared by several analyses
 # ---------------------------------------------------------------------------------------------
 
-def _moments(head: HeadData) -> Any:
-    """Float64 copies and first/second moments of the head (:func:`qkwh.analyses.stats.head_moments`)."""
+def _query_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """The queries in bucket order with per-bucket moments (:func:`qkwh.analyses.stats.query_moments`)."""
     from qkwh.analyses import stats
 
-    return stats.head_moments(head)
+    return stats.query_moments(head.q, head.q_pos, head.q_bucket)
 
 
-#: name -> builder(head): computed once per head when any analysis to run declares it in
-#: ``Analysis.shared``, then handed to each of them in ``shared[name]``
-PRECOMPUTE: dict[str, Callable[[HeadData], Any]] = {
+def _moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """Float64 copies and first/second moments of the head (:func:`qkwh.analyses.stats.head_moments`),
+    built on the shared query moments."""
+    from qkwh.analyses import stats
+
+    return stats.head_moments(head, query=shared["query_moments"])
+
+
+#: name -> builder(head, shared so far): computed once per head when any analysis to run declares
+#: it in ``Analysis.shared`` (or needs it through :data:`PRECOMPUTE_NEEDS`), in this order, then
+#: handed to each of them in ``shared[name]``
+PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
+    "query_moments": _query_moments,  # used by plasticity, and by "moments"
     "moments": _moments,  # used by PCA and rotation
 }
+#: name -> the precomputations its builder reads
+PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments",)}
 
 
 def precompute(head: HeadData, analyses: tuple[Analysis, ...]) -> dict[str, Any]:
     """The shared precomputations that ``analyses`` declared, each built once for ``head``."""
     wanted = {name for a in analyses for name in a.shared}
-    return {name: build(head) for name, build in PRECOMPUTE.items() if name in wanted}
+    todo = list(wanted)
+    while todo:
+        for need in PRECOMPUTE_NEEDS.get(todo.pop(), ()):
+            if need not in wanted:
+                wanted.add(need)
+                todo.append(need)
+    shared: dict[str, Any] = {}
+    for name, build in PRECOMPUTE.items():
+        if name in wanted:
+            shared[name] = build(head, shared)
+    return shared
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +272,7 @@ def _run_plasticity(head: HeadData, params: PlasticityParams, *, seed: int,
                     shared: Mapping[str, Any]) -> AnalysisResult:
     from qkwh.analyses import plasticity
 
-    return plasticity.analyse(head, params, seed=seed)
+    return plasticity.analyse(head, params, seed=seed, moments=shared.get("query_moments"))
 
 
 register(Analysis(
@@ -264,7 +286,7 @@ register(Analysis(
             Table("rotation_axes", key=("axis",), field="axes")),
 ))
 register(Analysis(
-    name="plasticity", run=_run_plasticity, params=PlasticityParams,
+    name="plasticity", run=_run_plasticity, params=PlasticityParams, shared=("query_moments",),
     tables=(Table("plasticity_heads"), Table("plasticity_buckets", key=("q_bucket",), field="buckets"),
             Table("plasticity_heatmap", key=("q_bucket", "dx_bin", "dm_bin"), field="heatmap"),
             Table("plasticity_components", key=("component",), field="components")),

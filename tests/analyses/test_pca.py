@@ -328,3 +328,60 @@ def test_head_moments_shared_by_pca_and_rotation() -> None:
                     assert_array_equal(values, shared[table][name])
     x = np.concatenate([head.q, head.k]).astype(np.float64)
     assert_allclose(m1.scatter, (x - x.mean(0)).T @ (x - x.mean(0)), rtol=1e-10)
+
+
+def test_query_moments_per_bucket_sums_add_up_to_the_head() -> None:
+    """Queries in stable bucket order; each bucket's scatter about its own mean; their sum plus the
+    between-bucket term is the head's query scatter (float64 accumulation: rtol 1e-12)."""
+    rng = np.random.default_rng(4)
+    n, d = 400, 7
+    q = (rng.standard_normal((n, d)) * 3.0 + 5.0).astype(np.float32)
+    bucket = rng.integers(0, 6, n)
+    bucket[bucket == 4] = 5  # a missing bucket id
+    pos = rng.integers(0, 10_000, n)
+    qm = stats.query_moments(q, pos, bucket)
+    assert_array_equal(qm.order, np.argsort(bucket, kind="stable"))
+    assert_array_equal(qm.file_rows(qm.order), np.arange(n))
+    assert_array_equal(qm.t, pos[qm.order].astype(np.float64))
+    x = q.astype(np.float64)
+    assert_allclose(qm.mu, x.mean(0), rtol=1e-12)
+    assert_allclose(qm.scatter, (x - x.mean(0)).T @ (x - x.mean(0)), rtol=1e-12)
+    assert_array_equal(qm.buckets, [0, 1, 2, 3, 5])
+    total = np.zeros((d, d))
+    for i, b in enumerate(qm.buckets):
+        xb = x[bucket == b]
+        assert qm.count[i] == len(xb)
+        assert_allclose(qm.bucket_mean[i] + qm.mu, xb.mean(0), rtol=1e-12)
+        assert_allclose(qm.bucket_scatter[i], (xb - xb.mean(0)).T @ (xb - xb.mean(0)), rtol=1e-11, atol=1e-9)
+        total += qm.bucket_scatter[i] + qm.count[i] * np.outer(qm.bucket_mean[i], qm.bucket_mean[i])
+    assert_allclose(total, qm.scatter, rtol=1e-12)
+
+
+def test_query_moments_with_many_buckets_skip_the_per_bucket_scatters(monkeypatch) -> None:
+    from qkwh.analyses import moments
+
+    rng = np.random.default_rng(5)
+    q, pos = rng.standard_normal((60, 4)), np.arange(60)
+    few = stats.query_moments(q, pos, np.arange(60) // 10)
+    monkeypatch.setattr(moments, "MAX_QUERY_BUCKETS", 5)
+    many = stats.query_moments(q, pos, np.arange(60) // 10)
+    assert few.bucket_scatter is not None and many.bucket_scatter is None
+    assert_allclose(many.scatter, few.scatter, rtol=1e-12)
+    assert_allclose(many.bucket_mean, few.bucket_mean, rtol=0, atol=0)
+
+
+def test_rotation_pairings_read_queries_in_file_order() -> None:
+    """The moments hold queries in bucket order; row_order and same_example_nearest pair by
+    file row: C_delta equals the direct computation on the file-order rows."""
+    head, _ = _head(seed=12, n_q=120, n_k=120, d=6)
+    rng = np.random.default_rng(0)
+    head = dataclasses.replace(head, q_bucket=rng.permutation(np.asarray(head.q_bucket)))
+    mom = stats.head_moments(head)
+    assert not np.array_equal(mom.query.order, np.arange(120))
+    q, k = np.asarray(head.q, dtype=np.float64), np.asarray(head.k, dtype=np.float64)
+    delta = q - k
+    assert_allclose(rotation.delta_second_moment(head, mom, "row_order"), delta.T @ delta / len(delta), rtol=1e-10)
+    qi, ki = rotation.nearest_pairs(head.q_example, head.q_pos, head.k_example, head.k_pos)
+    delta = q[qi] - k[ki]
+    assert_allclose(rotation.delta_second_moment(head, mom, "same_example_nearest"), delta.T @ delta / len(delta),
+                    rtol=1e-10)

@@ -377,6 +377,56 @@ def test_blocked_ks_statistic_equals_every_point_bit_for_bit():
                     rtol=0, atol=1e-15)
 
 
+def test_query_model_from_shared_moments_equals_the_model_from_rows():
+    """The bulk path builds each bucket's model from the head's shared query moments (sign flip
+    and reflection applied to the moments, O(d²)); it equals the model from the rotated rows."""
+    from qkwh.analyses.moments import query_moments
+    from qkwh.analyses.plasticity_model import reflect_symmetric
+
+    rng = np.random.default_rng(8)
+    S = rng.standard_normal((6, 6))
+    S = S @ S.T
+    v = rng.standard_normal(6)
+    v /= np.linalg.norm(v)
+    H = np.eye(6) - 2.0 * np.outer(v, v)
+    out = reflect_symmetric(S, v)
+    assert_allclose(out, H @ S @ H, rtol=1e-12, atol=1e-12)
+    assert_array_equal(out, out.T)
+    assert_array_equal(reflect_symmetric(S, None), S)
+
+    head = make_head(seed=3, q_per=6, d=6)
+    qm = query_moments(head.q, head.q_pos, head.q_bucket)
+    signs = np.where(rng.standard_normal(6) < 0, -1.0, 1.0)
+    Qc = qm.qc * signs
+    Qr = pl.apply_householder(Qc, v)
+    offset = rng.standard_normal(6)
+    pos = pl.PositionalModel(0.3, 0.002, 0.7)
+    for i in range(len(qm.buckets)):
+        rows = slice(int(qm.start[i]), int(qm.start[i] + qm.count[i]))
+        for mode in ("full", "diag"):
+            ref = pl.query_model(Qr[rows], 100.0, pos, mode, 1e-9, offset=offset)
+            got = pl.query_model_from_moments(
+                pl.apply_householder((qm.bucket_mean[i] * signs)[None, :], v)[0],
+                reflect_symmetric(qm.bucket_scatter[i] * np.outer(signs, signs), v), int(qm.count[i]),
+                100.0, pos, mode, 1e-9, offset=offset)
+            assert_allclose(got.w, ref.w, rtol=1e-12, atol=1e-12)
+            assert_allclose(got.cov, ref.cov, rtol=1e-10, atol=1e-12)
+            if mode == "full":
+                assert_allclose(got.chol, ref.chol, rtol=1e-10, atol=1e-12)
+
+
+def test_plasticity_with_shared_query_moments_is_the_same_computation():
+    from qkwh.analyses.moments import query_moments
+
+    head = make_head(seed=4)
+    params = PlasticityParams(num_pairs_per_bucket=64)
+    own = pl.analyse(head, params, seed=1).tables
+    shared = pl.analyse(head, params, seed=1, moments=query_moments(head.q, head.q_pos, head.q_bucket)).tables
+    for table, cols in own.items():
+        for name, values in cols.items():
+            assert_array_equal(values, shared[table][name], err_msg=f"{table}.{name}")
+
+
 # ---------------------------------------------------------------------------------------------
 # closed form
 # ---------------------------------------------------------------------------------------------

@@ -346,3 +346,26 @@ def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
     odd = RunConfig(params=(("pca", PCAParams(sign_threshold="high")),))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pca.sign_threshold must be a number"):
         odd.validate()
+
+
+def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
+    """pca + rotation + plasticity: the query moments once (plasticity's, and inside the head
+    moments); plasticity alone: no key-side moments."""
+    from qkwh.analyses import stats
+    from qkwh.analyses.types import HeadData
+
+    calls = []
+    real = stats.query_moments
+    monkeypatch.setattr(stats, "query_moments", lambda *a: calls.append("q") or real(*a))
+    rng = np.random.default_rng(0)
+    n = 40
+    head = HeadData(q=rng.standard_normal((n, 4)), q_pos=np.arange(n), q_example=np.zeros(n, int),
+                    q_bucket=np.arange(n) // 10, k=rng.standard_normal((n, 4)), k_pos=np.arange(n),
+                    k_example=np.zeros(n, int), k_bucket=np.arange(n) // 10, context_length=64, bucket_size=16)
+    shared = registry.precompute(head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity")))
+    assert set(shared) == {"query_moments", "moments"} and calls == ["q"]
+    assert shared["moments"].query is shared["query_moments"]
+    calls.clear()
+    assert set(registry.precompute(head, (registry.get("plasticity"),))) == {"query_moments"}
+    assert set(registry.precompute(head, (registry.get("pca"),))) == {"query_moments", "moments"}
+    assert calls == ["q", "q"]
