@@ -20,3 +20,17 @@ def test_blocked_chebyshev_moments_equal_direct_fourier_sums(monkeypatch):
     assert_allclose(cheb.from_moments(m, om), direct, rtol=1e-11, atol=1e-9)
     direct2 = np.exp(-2j * np.outer(om, tau - cheb.centre)).sum(axis=1)
     assert_allclose(cheb.from_moments(ones, 2 * om), direct2, rtol=1e-11, atol=1e-9)
+
+
+def test_leap_recurrence_gives_the_chebyshev_polynomials():
+    """T_k from the leap recurrence (LEAP orders per step) equal cos(k arccos x) to 3e-12 for
+    k < 300, with the order not a multiple of LEAP; the three-term recurrence (LEAP = 1) too."""
+    x = np.cos(np.linspace(0.0, np.pi, 1001))
+    cheb = ChebyshevBasis(x, 1.0, interval=(-1.0, 1.0))
+    eye = np.eye(x.size)
+    ref = np.cos(np.outer(np.arange(299), np.arccos(np.clip(cheb.x, -1, 1))))
+    for leap in (1, 8, 13):
+        cheb.LEAP = leap
+        m, ones = cheb.moments_and_ones(eye, 299, 299)
+        assert_allclose(m, ref, rtol=0, atol=3e-12)
+        assert_allclose(ones, ref.sum(axis=1), rtol=0, atol=1e-10)
