@@ -458,17 +458,19 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
 def gemm_rate(n: int = 8000, d: int = 128, repeat: int = 5) -> dict:
     """The machine's float64 GEMM rate on one BLAS thread, in GFLOP/s (2 flops per multiply-add).
 
-    Two shapes: ``Xᵀ X`` of an (n, d) matrix (the shape of a head's scatter matrix) and a square
-    1024 x 1024 product (what BLAS does best).  The fastest of ``repeat`` tries of each.
+    Two shapes: ``Xᵀ Y`` of two (n, d) matrices (the shape of a head's scatter matrices; a general
+    product, 2 n d² flops -- numpy computes ``Xᵀ X`` with a symmetric rank-k update, half of
+    them) and a square 1024 x 1024 product (what BLAS does best).  The fastest of ``repeat``
+    tries of each.
     """
     from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, d))
+    x, y = rng.standard_normal((n, d)), rng.standard_normal((n, d))
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
     out = {}
     with threadpool_limits(limits=1):
-        for name, fn, flops in (("xtx", lambda: x.T @ x, 2.0 * n * d * d), ("square", lambda: a @ b, 2.0 * 1024**3)):
+        for name, fn, flops in (("xtx", lambda: x.T @ y, 2.0 * n * d * d), ("square", lambda: a @ b, 2.0 * 1024**3)):
             fn()
             best = math.inf
             for _ in range(repeat):
@@ -477,6 +479,53 @@ def gemm_rate(n: int = 8000, d: int = 128, repeat: int = 5) -> dict:
                 best = min(best, time.perf_counter() - t0)
             out[name] = flops / best / 1e9
     return {"gflops_xtx": out["xtx"], "gflops_square": out["square"], "shape_xtx": f"({n} x {d})ᵀ({n} x {d})"}
+
+
+def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
+    """Milliseconds per head of the BLAS calls the three analyses (defaults) make on one head,
+    each at its real shape, on one BLAS thread (fastest of ``repeat`` tries, times the number of
+    calls per head).  Dense algebra no implementation of these analyses avoids, at the speed this
+    BLAS reaches on these shapes: a floor for the analyses' CPU time per head.
+    """
+    from scipy.linalg import blas
+    from threadpoolctl import threadpool_limits
+
+    from qkwh.analyses.fourier import ChebyshevBasis, cheb_order
+
+    cfg = RunConfig()
+    n, d, nb = spec.rows, spec.d, spec.n_buckets
+    per = n // nb
+    dirs = 2 + 2 * min(cfg.rotation.max_pairs, (d - 2) // 2)
+    k1 = cheb_order(math.pi / spec.bucket_size * 0.5 * (spec.context_length - 1))
+    block = ChebyshevBasis.BLOCK
+    pairs = cfg.plasticity.num_pairs_per_bucket
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, d))
+    proj = rng.standard_normal((dirs, d))
+    t_block, u_block = rng.standard_normal((k1, block)), rng.standard_normal((block, dirs))
+    a = rng.standard_normal((d, d))
+    chol = np.asfortranarray(np.linalg.cholesky(a @ a.T + d * np.eye(d)).T)
+    delta = rng.standard_normal((pairs, d))
+    calls = {  # name -> (one call, calls per head)
+        "key scatter matrix (Xᵀ X, one n x d Gram)": (lambda: x.T @ x, 1),
+        "query scatter matrices (one Gram per bucket)": (lambda: [x[i * per:(i + 1) * per].T @ x[i * per:(i + 1) * per]
+                                                                  for i in range(nb)], 1),
+        "rotation projections (q and k on a, b and the complement directions)": (lambda: proj @ x.T, 2),
+        "rotation Chebyshev moments (blocks of positions)": (lambda: t_block @ u_block, math.ceil(2 * n / block)),
+        "plasticity pair variances (one triangular multiply per bucket)":
+            (lambda: blas.dtrmm(1.0, chol, delta.T, side=0, lower=0), nb),
+    }
+    out = {}
+    with threadpool_limits(limits=1):
+        for name, (fn, count) in calls.items():
+            fn()
+            best = math.inf
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                fn()
+                best = min(best, time.perf_counter() - t0)
+            out[name] = 1e3 * best * count
+    return out
 
 
 def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top: int = 30) -> dict:

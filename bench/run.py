@@ -19,7 +19,8 @@ What it does (bench/README.md has the method):
    this model and for a smaller one, to show that it does not grow with the model;
 6. scaling: per-head CPU time of each analysis at 2k / 8k / 32k vectors per file, in one process;
 7. the machine's float64 GEMM rate on one thread, against which the flop count of one head is
-   set (the time floor of the analyses);
+   set (the time floor of the analyses), and the time of the BLAS calls of one head at their
+   real shapes (the floor with this BLAS);
 8. prints a Markdown report and writes it (``bench/results.md``; ``--quick`` writes under ``<out>``).
 
 The measurements are in ``bench/measure.py``, the report in ``bench/report.py``.
@@ -46,7 +47,8 @@ from pathlib import Path  # noqa: E402
 # Pool workers import this module too (spawn re-imports __main__): keep its top level to what a
 # compute worker imports anyway (bench/measure.py keeps DuckDB and ingest out of its top level).
 from measure import (  # noqa: E402
-    BENCH, FULL, RUNS, SAMPLED, SMALL_RUNS, ModelSpec, gemm_rate, loadavg, machine, model_phases, profile_heads,
+    BENCH, FULL, RUNS, SAMPLED, SMALL_RUNS, ModelSpec, blas_floor, gemm_rate, loadavg, machine, model_phases,
+    profile_heads,
     scaling,
 )
 from report import machine_line, report, to_json  # noqa: E402
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     m = machine()
     log("measuring the float64 GEMM rate on one thread ...")
     m["gemm"] = gemm_rate()
+    m["blas"] = blas_floor(ModelSpec(heads=args.heads, rows=args.rows))
     load0 = loadavg()
     log(f"machine: {machine_line(m)}; load average {load0}")
     if load0 != "?" and float(load0.split()[0]) > 0.5 * m["cores"]:
