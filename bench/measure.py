@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from qkwh.compute.executors import make_executor
+from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
 from qkwh.compute.work import HeadOutcome, head_data, run_analyses
 from qkwh.params import ANALYSES, RunConfig
@@ -421,11 +422,13 @@ def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> lis
 
 def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3) -> list[dict]:
     """Median per-head CPU seconds (``time.process_time``) of reading and of each analysis, in this
-    process (no pool, no DuckDB writes, BLAS on one thread).  Each head is timed ``repeat`` times
+    process (no pool, no DuckDB writes, BLAS on one thread, freed memory kept as in a compute
+    worker).  Each head is timed ``repeat`` times
     and the fastest counts (a single try when it takes over half a second): other load on the
     machine then inflates the figures least.  The first head is run once untimed to warm imports
     and caches.  "all three (sampled)" is one ``run_analyses`` call with the three analyses, so it
     includes what they share (the head's moments)."""
+    keep_freed_memory()  # as in a compute worker
     results = []
     for rows in rows_list:
         units = model_units(heads, rows, out, SAMPLED, log)
@@ -534,6 +537,7 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     Returns ``{"text": the pstats listing (top functions by own and by cumulative time),
     "heads": n, "top": [(function, own ms per head, share of the total)] (the 12 largest)}``.
     """
+    keep_freed_memory()  # as in a compute worker
     units = model_units(heads, rows, out, config, log)
     loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u in units]
     run_analyses(loaded[0], ANALYSES, config)  # warm-up

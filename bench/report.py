@@ -128,7 +128,7 @@ def bound_lines(m: dict, spec: ModelSpec, scale: list[dict]) -> list[str]:
     text = (f"At {gemm['gflops_xtx']:.0f} GFLOP/s (float64, one thread, a general product "
             f"{gemm['shape_xtx']}), the dense algebra of one head of {spec.rows:,} vectors needs at least "
             f"{1e3 * total / rate:.1f} ms.")
-    blas = m.get("blas") or {}
+    blas = m.get("blas_calls") or {}
     blas_total = sum(blas.values()) / 1e3
     if blas:
         lines += ["", "| BLAS call, at its shape, one thread | ms per head |", "|---|---:|"]
@@ -267,7 +267,7 @@ def report(m: dict, main: dict, small: dict | None, scale: list[dict], scale_hea
                   *scaling_table(scale, scale_heads), "",
                   "Per head, CPU time (process_time, fastest of up to 3 tries): q and k files read (k re-read "
                   "for every head here), then each analysis alone on the same arrays, and the three in one "
-                  "call (pca and rotation share the head's moments); no pool, no DuckDB. Growth exponent: slope of log time "
+                  "call (they share the head's query and key moments); no pool, no DuckDB; the process keeps freed memory like a compute worker. Growth exponent: slope of log time "
                   "against log vectors (1 = linear).", ""]
     bound = bound_lines(m, spec, scale)
     if bound:

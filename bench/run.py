@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     m = machine()
     log("measuring the float64 GEMM rate on one thread ...")
     m["gemm"] = gemm_rate()
-    m["blas"] = blas_floor(ModelSpec(heads=args.heads, rows=args.rows))
+    m["blas_calls"] = blas_floor(ModelSpec(heads=args.heads, rows=args.rows))
     load0 = loadavg()
     log(f"machine: {machine_line(m)}; load average {load0}")
     if load0 != "?" and float(load0.split()[0]) > 0.5 * m["cores"]:
