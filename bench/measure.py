@@ -588,9 +588,11 @@ def machine() -> dict:
     try:
         import threadpoolctl  # optional
 
+        import scipy.linalg  # noqa: F401 (loads scipy's own BLAS, which the analyses use too)
+
         info = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
-        if info:
-            blas = f"{info[0].get('internal_api')} {info[0].get('version')}"
+        if info:  # numpy's and scipy's wheels each bundle one
+            blas = ", ".join(sorted({f"{i.get('internal_api')} {i.get('version')}" for i in info}))
     except ImportError:
         try:
             cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]

@@ -267,8 +267,9 @@ def report(m: dict, main: dict, small: dict | None, scale: list[dict], scale_hea
                   *scaling_table(scale, scale_heads), "",
                   "Per head, CPU time (process_time, fastest of up to 3 tries): q and k files read (k re-read "
                   "for every head here), then each analysis alone on the same arrays, and the three in one "
-                  "call (they share the head's query and key moments); no pool, no DuckDB; the process keeps freed memory like a compute worker. Growth exponent: slope of log time "
-                  "against log vectors (1 = linear).", ""]
+                  "call (they share the head's query and key moments); no pool, no DuckDB; the process "
+                  "keeps freed memory like a compute worker. Growth exponent: slope of log time against log "
+                  "vectors (1 = linear).", ""]
     bound = bound_lines(m, spec, scale)
     if bound:
         lines += ["## What bounds the analyses: flops and BLAS", "", *bound, ""]
