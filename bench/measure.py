@@ -471,16 +471,10 @@ def gemm_rate(n: int = 8000, d: int = 128, repeat: int = 5) -> dict:
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((n, d)), rng.standard_normal((n, d))
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
-    out = {}
     with threadpool_limits(limits=1):
-        for name, fn, flops in (("xtx", lambda: x.T @ y, 2.0 * n * d * d), ("square", lambda: a @ b, 2.0 * 1024**3)):
-            fn()
-            best = math.inf
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn()
-                best = min(best, time.perf_counter() - t0)
-            out[name] = flops / best / 1e9
+        out = {name: flops / _fastest(fn, repeat) / 1e9
+               for name, fn, flops in (("xtx", lambda: x.T @ y, 2.0 * n * d * d),
+                                       ("square", lambda: a @ b, 2.0 * 1024**3))}
     return {"gflops_xtx": out["xtx"], "gflops_square": out["square"], "shape_xtx": f"({n} x {d})ᵀ({n} x {d})"}
 
 
@@ -518,17 +512,19 @@ def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
         "plasticity pair variances (one triangular multiply per bucket)":
             (lambda: blas.dtrmm(1.0, chol, delta.T, side=0, lower=0), nb),
     }
-    out = {}
     with threadpool_limits(limits=1):
-        for name, (fn, count) in calls.items():
-            fn()
-            best = math.inf
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn()
-                best = min(best, time.perf_counter() - t0)
-            out[name] = 1e3 * best * count
-    return out
+        return {name: 1e3 * _fastest(fn, repeat) * count for name, (fn, count) in calls.items()}
+
+
+def _fastest(fn, repeat: int) -> float:
+    """Wall seconds of the fastest of ``repeat`` calls of ``fn`` (after one untimed call)."""
+    fn()
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top: int = 30) -> dict:
