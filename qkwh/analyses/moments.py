@@ -130,13 +130,10 @@ def query_moments(q: np.ndarray, q_pos: np.ndarray, q_bucket: np.ndarray) -> Que
     """
     qb = np.asarray(q_bucket, dtype=np.int64)
     order = np.argsort(qb, kind="stable")
-    xc = np.take(np.asarray(q), order, axis=0).astype(np.float64, copy=False)
-    if not xc.flags.c_contiguous:
-        xc = np.ascontiguousarray(xc)
+    xc = np.take(np.asarray(q), order, axis=0).astype(np.float64, copy=False)  # a new C-ordered array
     t = np.asarray(q_pos, dtype=np.float64)[order]
     n, d = xc.shape
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mu = xc.mean(axis=0) if n else np.full(d, np.nan)
+    mu = xc.mean(axis=0) if n else np.full(d, np.nan)
     xc -= mu
     buckets, start, count = np.unique(qb[order], return_index=True, return_counts=True)
     nb = len(buckets)

@@ -168,19 +168,16 @@ PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
     "query_moments": _query_moments,  # used by plasticity, and by "moments"
     "moments": _moments,  # used by PCA and rotation
 }
-#: name -> the precomputations its builder reads
+#: name -> the precomputations its builder reads (each listed before it in PRECOMPUTE)
 PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments",)}
 
 
 def precompute(head: HeadData, analyses: tuple[Analysis, ...]) -> dict[str, Any]:
     """The shared precomputations that ``analyses`` declared, each built once for ``head``."""
     wanted = {name for a in analyses for name in a.shared}
-    todo = list(wanted)
-    while todo:
-        for need in PRECOMPUTE_NEEDS.get(todo.pop(), ()):
-            if need not in wanted:
-                wanted.add(need)
-                todo.append(need)
+    for name in reversed(PRECOMPUTE):  # what a builder needs comes before it in PRECOMPUTE
+        if name in wanted:
+            wanted.update(PRECOMPUTE_NEEDS.get(name, ()))
     shared: dict[str, Any] = {}
     for name, build in PRECOMPUTE.items():
         if name in wanted:
