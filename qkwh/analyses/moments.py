@@ -16,7 +16,8 @@ import numpy as np
 
 from qkwh.analyses.types import HeadData
 
-__all__ = ["MIN_ROWS", "MAX_QUERY_BUCKETS", "HeadMoments", "QueryMoments", "head_moments", "query_moments",
+__all__ = ["MIN_ROWS", "MAX_QUERY_BUCKETS", "HeadMoments", "KeyMoments", "QueryMoments", "head_moments",
+           "key_moments", "query_moments",
            "validate_head", "orient_largest_positive", "complement_basis", "cap_rows"]
 
 #: minimum number of q rows and of k rows an analysis accepts (p-values need n - 2 >= 1)
@@ -287,34 +288,72 @@ def _gram(xc: np.ndarray) -> np.ndarray:
     return xc.T @ xc
 
 
-def head_moments(head: HeadData, *, query: QueryMoments | None = None) -> HeadMoments:
-    """The :class:`HeadMoments` of ``head``.
+@dataclass(frozen=True)
+class KeyMoments:
+    """The key rows of one head as float64, centred, with their moments (read-only arrays).
 
-    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
-    several analyses on the same head compute it once and pass it to each (``moments=``);
-    ``query`` is the head's :func:`query_moments` when already computed (it is otherwise built here).
+    They depend on the key rows alone, so the heads of one KV group (one k file, several query
+    heads) can share them: ``qkwh compute`` builds them once per group.
+
+    Attributes
+    ----------
+    kc : (n_k, d) key rows centred on ``mu_k`` (file order);  s : (n_k,) key positions (float64)
+    mu_k : (d,) mean key;  scatter_k : (d, d) Σ_j (k_j - mu_k)(k_j - mu_k)ᵀ
+    cross_ks : (d,) Σ_j (k_j - mu_k)(s_j - s̄);  s_mean : s̄;  sss : Σ(s - s̄)²
+    msq_k : mean squared norm of the raw key rows
     """
-    validate_head(head)
-    qm = query if query is not None else query_moments(head.q, head.q_pos, head.q_bucket)
-    s = np.asarray(head.k_pos, dtype=np.float64)
 
-    def position_moments(xc: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float, float]:
-        pm = float(p.mean())
-        pc = p - pm
-        return pc @ xc, pm, float(pc @ pc)
+    kc: np.ndarray
+    s: np.ndarray
+    mu_k: np.ndarray
+    scatter_k: np.ndarray
+    cross_ks: np.ndarray
+    s_mean: float
+    sss: float
+    msq_k: float
 
-    cr_q, tm, stt = position_moments(qm.qc, qm.t)
-    msq_q = float(np.trace(qm.scatter)) / qm.n + float(qm.mu @ qm.mu)
-    kc = np.array(head.k, dtype=np.float64, order="C", copy=True)
+
+def _position_moments(xc: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(Σ_i xc_i (p_i - p̄), p̄, Σ (p_i - p̄)²) for centred rows ``xc`` (n, d) and positions (n,)."""
+    pm = float(p.mean())
+    pc = p - pm
+    return pc @ xc, pm, float(pc @ pc)
+
+
+def key_moments(k: np.ndarray, k_pos: np.ndarray) -> KeyMoments:
+    """The :class:`KeyMoments` of key rows ``k`` (n_k, d) at positions ``k_pos`` (n_k,).
+
+    No validation (see :func:`validate_head`); cost one cast and one Gram matrix of the rows.
+    """
+    s = np.array(k_pos, dtype=np.float64)
+    kc = np.array(k, dtype=np.float64, order="C", copy=True)
     mu_k = kc.mean(axis=0)
     kc -= mu_k
     sc_k = _gram(kc)
     msq_k = float(np.trace(sc_k)) / kc.shape[0] + float(mu_k @ mu_k)
-    cr_k, sm, sss = position_moments(kc, s)
+    cr_k, sm, sss = _position_moments(kc, s)
+    for a in (s, kc, mu_k, sc_k, cr_k):
+        a.flags.writeable = False  # shared between heads: never modified in place
+    return KeyMoments(kc=kc, s=s, mu_k=mu_k, scatter_k=sc_k, cross_ks=cr_k, s_mean=sm, sss=sss, msq_k=msq_k)
+
+
+def head_moments(head: HeadData, *, query: QueryMoments | None = None, keys: KeyMoments | None = None) -> HeadMoments:
+    """The :class:`HeadMoments` of ``head``.
+
+    Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
+    several analyses on the same head compute it once and pass it to each (``moments=``);
+    ``query`` and ``keys`` are the head's :func:`query_moments` and :func:`key_moments` when
+    already computed (each is otherwise built here).
+    """
+    validate_head(head)
+    qm = query if query is not None else query_moments(head.q, head.q_pos, head.q_bucket)
+    km = keys if keys is not None else key_moments(head.k, head.k_pos)
+    cr_q, tm, stt = _position_moments(qm.qc, qm.t)
+    msq_q = float(np.trace(qm.scatter)) / qm.n + float(qm.mu @ qm.mu)
     return HeadMoments(
-        qc=qm.qc, kc=kc, t=qm.t, s=s, mu_q=qm.mu, mu_k=mu_k, scatter_q=qm.scatter, scatter_k=sc_k,
-        cross_qt=cr_q, cross_ks=cr_k, t_mean=tm, s_mean=sm, stt=stt, sss=sss, msq_q=msq_q, msq_k=msq_k,
-        query=qm,
+        qc=qm.qc, kc=km.kc, t=qm.t, s=km.s, mu_q=qm.mu, mu_k=km.mu_k, scatter_q=qm.scatter,
+        scatter_k=km.scatter_k, cross_qt=cr_q, cross_ks=km.cross_ks, t_mean=tm, s_mean=km.s_mean, stt=stt,
+        sss=km.sss, msq_q=msq_q, msq_k=km.msq_k, query=qm,
     )
 
 

@@ -39,6 +39,7 @@ docstrings.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -106,6 +107,8 @@ __all__ = [  # noqa: F822 (re-exports)
     "exhaustive_bucket",
     "fit_position_regression",
     "householder_vector",
+    "KeyLayout",
+    "key_layout",
     "ks_norm_pvalues",
     "net_wins",
     "orientation_signs",
@@ -186,6 +189,54 @@ def _validate(head: HeadData) -> tuple[np.ndarray, np.ndarray]:
     return q, k
 
 
+@dataclass(frozen=True)
+class KeyLayout:
+    """The keys of one head as plasticity reads them (arrays read-only).
+
+    Sorted by (example, position); they depend on the key rows alone, so the heads of one KV
+    group share them (``qkwh compute`` builds them once per k file).
+
+    Attributes
+    ----------
+    example_ids : (E,) the distinct example ids;  example : (n_k,) each key's index into them
+    position : (n_k,) float64;  bucket : (n_k,) int64
+    raw : (n_k, d) the key vectors in this order, dtype as read (the empirical estimator's)
+    k64 : (n_k, d) the same as float64
+    signs : (d,) the orientation signs of step 1 (:func:`orientation_signs`), +-1.0
+    """
+
+    example_ids: np.ndarray
+    example: np.ndarray
+    position: np.ndarray
+    bucket: np.ndarray
+    raw: np.ndarray
+    k64: np.ndarray
+    signs: np.ndarray
+
+
+def key_layout(k: np.ndarray, k_pos: np.ndarray, k_example: np.ndarray, k_bucket: np.ndarray) -> KeyLayout:
+    """The :class:`KeyLayout` of key rows ``k`` (n_k, d) with positions, examples and buckets (n_k,)."""
+    k_ex_ids, k_ex = np.unique(np.asarray(k_example), return_inverse=True)
+    k_ex = k_ex.reshape(-1)
+    korder = np.lexsort((np.asarray(k_pos), k_ex))
+    k_ex = k_ex[korder]
+    position = np.asarray(k_pos, dtype=np.float64)[korder]
+    bucket = np.asarray(k_bucket, dtype=np.int64)[korder]
+    raw = np.take(np.asarray(k), korder, axis=0)
+    k64 = raw.astype(np.float64)
+    signs = orientation_signs(k64, bucket)
+    out = KeyLayout(k_ex_ids, k_ex, position, bucket, raw, k64, signs)
+    for a in (out.example_ids, out.example, out.position, out.bucket, out.raw, out.k64, out.signs):
+        a.flags.writeable = False  # shared between heads: never modified in place
+    return out
+
+
+def head_key_layout(head: HeadData) -> KeyLayout:
+    """:func:`key_layout` of ``head``'s keys, after the same checks as :func:`analyse`."""
+    _, k = _validate(head)
+    return key_layout(k, head.k_pos, head.k_example, head.k_bucket)
+
+
 def _q_diagnostics(
     t: np.ndarray, Qc: np.ndarray, reg: Regression, beta_norm: float, params: PlasticityParams, seed: int
 ) -> dict[str, float]:
@@ -237,7 +288,7 @@ def _nan_diagnostics() -> dict[str, float]:
 
 
 def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
-            moments: QueryMoments | None = None) -> AnalysisResult:
+            moments: QueryMoments | None = None, keys: KeyLayout | None = None) -> AnalysisResult:
     """Attention plasticity of one head -> the four ``plasticity_*`` tables (docs/metrics/plasticity.md).
 
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
@@ -248,6 +299,8 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
         ``default_rng(pair_seed(seed, layer, q_head))`` consumed bucket by bucket in increasing j.
     moments : the head's :func:`~qkwh.analyses.moments.query_moments` when already computed
         (shared with PCA and rotation); built here otherwise.
+    keys : the head's :func:`key_layout` when already computed (shared by the heads of a KV
+        group); built here otherwise.
 
     Degenerate input never raises: no keys, n_q < 2, buckets with n_j < 2 or no admissible pair
     produce rows with NaN plasticity.  Inconsistent shapes raise ``ValueError`` naming the array.
@@ -282,18 +335,12 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     t = qm.t
 
     # -- keys: sort by (example, position); orientation from key bucket means ---------------
-    k_ex_ids, k_ex = np.unique(np.asarray(head.k_example), return_inverse=True)
-    k_ex = k_ex.reshape(-1)
-    korder = np.lexsort((np.asarray(head.k_pos), k_ex))
-    k_ex = k_ex[korder]
-    k_pos = np.asarray(head.k_pos, dtype=np.float64)[korder]
-    k_bkt = np.asarray(head.k_bucket, dtype=np.int64)[korder]
-    k_sorted = np.take(np.asarray(k_in), korder, axis=0)
-    K = k_sorted.astype(np.float64)
+    kl = keys if keys is not None else key_layout(k_in, head.k_pos, head.k_example, head.k_bucket)
+    k_ex_ids, k_ex, k_pos, k_bkt = kl.example_ids, kl.example, kl.position, kl.bucket
     # the empirical estimator scores raw vectors: q.k is unchanged by orientation and reflection
-    k_raw = k_sorted if params.empirical else None
-    signs = orientation_signs(K, k_bkt) if params.orientation else np.ones(d)
-    K *= signs
+    k_raw = kl.raw if params.empirical else None
+    signs = kl.signs if params.orientation else np.ones(d)
+    K = kl.k64 * signs  # this head's copy: reflected in place below
 
     # -- regression on oriented queries, Householder, diagnostics -------------------------------
     # Qc = oriented queries minus their mean; rotated in place below (H(x - xbar) = Hx - H xbar)

@@ -153,12 +153,27 @@ def _query_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
     return stats.query_moments(head.q, head.q_pos, head.q_bucket)
 
 
-def _moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
-    """Float64 copies and first/second moments of the head (:func:`qkwh.analyses.stats.head_moments`),
-    built on the shared query moments."""
+def _key_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """The key rows as float64, centred, with their moments (:func:`qkwh.analyses.stats.key_moments`)."""
     from qkwh.analyses import stats
 
-    return stats.head_moments(head, query=shared["query_moments"])
+    return stats.key_moments(head.k, head.k_pos)
+
+
+def _moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """Float64 copies and first/second moments of the head (:func:`qkwh.analyses.stats.head_moments`),
+    built on the shared query and key moments."""
+    from qkwh.analyses import stats
+
+    return stats.head_moments(head, query=shared["query_moments"], keys=shared["key_moments"])
+
+
+def _key_layout(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """The keys sorted by example and position, with their orientation signs
+    (:func:`qkwh.analyses.plasticity.key_layout`)."""
+    from qkwh.analyses import plasticity
+
+    return plasticity.head_key_layout(head)
 
 
 #: name -> builder(head, shared so far): computed once per head when any analysis to run declares
@@ -166,21 +181,61 @@ def _moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
 #: handed to each of them in ``shared[name]``
 PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
     "query_moments": _query_moments,  # used by plasticity, and by "moments"
+    "key_moments": _key_moments,  # used by "moments"
     "moments": _moments,  # used by PCA and rotation
+    "key_layout": _key_layout,  # used by plasticity
 }
 #: name -> the precomputations its builder reads (each listed before it in PRECOMPUTE)
-PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments",)}
+PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments", "key_moments")}
+#: the precomputations built from the head's key rows alone (``k``, ``k_pos``, ``k_example``,
+#: ``k_bucket``): heads built on the same key arrays (the query heads of one KV group, read from
+#: one k file) share them too, through a :class:`KeyCache`.  Their builders read nothing else
+#: (no query rows, and no precomputation outside this set).
+KEY_SCOPE: frozenset[str] = frozenset({"key_moments", "key_layout"})
 
 
-def precompute(head: HeadData, analyses: tuple[Analysis, ...]) -> dict[str, Any]:
-    """The shared precomputations that ``analyses`` declared, each built once for ``head``."""
+class KeyCache:
+    """The :data:`KEY_SCOPE` precomputations of the last head, for the next head with the same keys.
+
+    A caller that analyses several heads built on the very same key arrays (the query heads of one
+    KV group, built from one read of the k file) hands one cache to :func:`precompute` for each of
+    them: the key precomputations are then built for the first head only.  "The same" means the
+    same array objects; the cache holds them, so they cannot be freed and their identity reused
+    while it lives.  A head with other key arrays empties it.
+    """
+
+    def __init__(self) -> None:
+        self._rows: tuple[Any, ...] | None = None
+        self._built: dict[str, Any] = {}
+
+    def get(self, head: HeadData, name: str, shared: Mapping[str, Any]) -> Any:
+        """The precomputation ``name`` of ``head``: the cached one if built on the same key arrays,
+        else ``PRECOMPUTE[name](head, shared)``."""
+        rows = (head.k, head.k_pos, head.k_example, head.k_bucket)
+        if self._rows is None or any(a is not b for a, b in zip(self._rows, rows)):
+            self._rows, self._built = rows, {}
+        if name not in self._built:
+            self._built[name] = PRECOMPUTE[name](head, shared)
+        return self._built[name]
+
+
+def precompute(head: HeadData, analyses: tuple[Analysis, ...], *, keys: KeyCache | None = None) -> dict[str, Any]:
+    """The shared precomputations that ``analyses`` declared, each built once for ``head``.
+
+    ``keys``: where the :data:`KEY_SCOPE` precomputations come from when given (see
+    :class:`KeyCache`); without it every precomputation is built for this head.
+    """
     wanted = {name for a in analyses for name in a.shared}
     for name in reversed(PRECOMPUTE):  # what a builder needs comes before it in PRECOMPUTE
         if name in wanted:
             wanted.update(PRECOMPUTE_NEEDS.get(name, ()))
     shared: dict[str, Any] = {}
     for name, build in PRECOMPUTE.items():
-        if name in wanted:
+        if name not in wanted:
+            continue
+        if keys is not None and name in KEY_SCOPE:
+            shared[name] = keys.get(head, name, shared)
+        else:
             shared[name] = build(head, shared)
     return shared
 
@@ -269,7 +324,8 @@ def _run_plasticity(head: HeadData, params: PlasticityParams, *, seed: int,
                     shared: Mapping[str, Any]) -> AnalysisResult:
     from qkwh.analyses import plasticity
 
-    return plasticity.analyse(head, params, seed=seed, moments=shared.get("query_moments"))
+    return plasticity.analyse(head, params, seed=seed, moments=shared.get("query_moments"),
+                              keys=shared.get("key_layout"))
 
 
 register(Analysis(
@@ -283,7 +339,7 @@ register(Analysis(
             Table("rotation_axes", key=("axis",), field="axes")),
 ))
 register(Analysis(
-    name="plasticity", run=_run_plasticity, params=PlasticityParams, shared=("query_moments",),
+    name="plasticity", run=_run_plasticity, params=PlasticityParams, shared=("query_moments", "key_layout"),
     tables=(Table("plasticity_heads"), Table("plasticity_buckets", key=("q_bucket",), field="buckets"),
             Table("plasticity_heatmap", key=("q_bucket", "dx_bin", "dm_bin"), field="heatmap"),
             Table("plasticity_components", key=("component",), field="components")),

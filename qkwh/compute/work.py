@@ -100,24 +100,30 @@ def _take(rows: Rows, idx: np.ndarray | None) -> Rows:
     return rows if idx is None else tuple(c[idx] for c in rows)
 
 
-def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> HeadData:
-    """The head of ``unit`` from its q file and k file."""
-    def rows(f: FileData) -> Rows:
-        return (f.vectors, f.position, f.example_id, f.bucket)
+def _rows(f: FileData) -> Rows:
+    return (f.vectors, f.position, f.example_id, f.bucket)
 
-    return build_head(rows(q), rows(k), context_length=unit.context_length, bucket_size=unit.bucket_size,
+
+def _build_unit_head(unit: HeadUnit, q: Rows, k: Rows, config: RunConfig) -> HeadData:
+    return build_head(q, k, context_length=unit.context_length, bucket_size=unit.bucket_size,
                       sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head,
                       config=config, label=unit.label)
 
 
-def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig) -> dict[str, AnalysisResult]:
+def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> HeadData:
+    """The head of ``unit`` from its q file and k file."""
+    return _build_unit_head(unit, _rows(q), _rows(k), config)
+
+
+def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig, *,
+                 keys: registry.KeyCache | None = None) -> dict[str, AnalysisResult]:
     """Run ``analyses`` (registered names or declarations) on one head.
 
     The per-head precomputations they declare (:func:`qkwh.compute.registry.precompute`) are
-    built once and shared.
+    built once and shared; with ``keys``, those of the key rows come from (and go to) that cache.
     """
     todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)
-    shared = registry.precompute(head, todo)
+    shared = registry.precompute(head, todo, keys=keys)
     return {a.name: a.run(head, config.params_of(a.name), seed=config.seed, shared=shared) for a in todo}
 
 
@@ -141,11 +147,15 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
     declared = {a.name: a for a in task.declarations}
     config_ids = dict(task.config_ids)
     k_data = read_file(task.heads[0].k_path)
+    # the capped key rows once for the group (capping them again per head is a no-op), so every
+    # head holds the same key arrays and shares what is computed from them alone
+    k_rows = _take(_rows(k_data), cap_rows(len(k_data.position), task.config.max_tokens_per_head, task.config.seed))
+    keys = registry.KeyCache()
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
-            head = head_data(unit, read_file(unit.q_path), k_data, task.config)
-            results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config)
+            head = _build_unit_head(unit, _rows(read_file(unit.q_path)), k_rows, task.config)
+            results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config, keys=keys)
             tables = head_tables(unit, results, config_ids)  # Arrow, ready to insert
             outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, tables=tables, analyses=tuple(results)))
         except Exception as exc:  # one bad head must not sink the run; reported by the runner

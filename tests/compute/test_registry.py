@@ -363,9 +363,74 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
                     q_bucket=np.arange(n) // 10, k=rng.standard_normal((n, 4)), k_pos=np.arange(n),
                     k_example=np.zeros(n, int), k_bucket=np.arange(n) // 10, context_length=64, bucket_size=16)
     shared = registry.precompute(head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity")))
-    assert set(shared) == {"query_moments", "moments"} and calls == ["q"]
+    assert set(shared) == {"query_moments", "key_moments", "moments", "key_layout"} and calls == ["q"]
     assert shared["moments"].query is shared["query_moments"]
+    assert shared["moments"].kc is shared["key_moments"].kc
     calls.clear()
-    assert set(registry.precompute(head, (registry.get("plasticity"),))) == {"query_moments"}
-    assert set(registry.precompute(head, (registry.get("pca"),))) == {"query_moments", "moments"}
+    assert set(registry.precompute(head, (registry.get("plasticity"),))) == {"query_moments", "key_layout"}
+    assert set(registry.precompute(head, (registry.get("pca"),))) == {"query_moments", "key_moments", "moments"}
     assert calls == ["q", "q"]
+
+
+def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
+    """Query heads of one KV group: their own query rows, the very same key arrays."""
+    rng = np.random.default_rng(11)
+    k = rng.standard_normal((n, d)).astype(np.float32)
+    k_pos = rng.permutation(n).astype(np.int64)
+    k_ex, k_bkt = k_pos % 5, k_pos // 64
+    heads = []
+    for h in range(n_q_heads):
+        q = (rng.standard_normal((n, d)) + 0.3 * h).astype(np.float32)
+        heads.append(HeadData(q=q, q_pos=k_pos, q_example=k_ex, q_bucket=k_bkt, k=k, k_pos=k_pos,
+                              k_example=k_ex, k_bucket=k_bkt, context_length=320, bucket_size=64, q_head=h))
+    return heads
+
+
+def test_key_precomputations_only_read_key_rows():
+    """A key-scope builder reads no query-side precomputation (its result is reused across heads)."""
+    for name in registry.KEY_SCOPE:
+        assert name in registry.PRECOMPUTE
+        assert set(registry.PRECOMPUTE_NEEDS.get(name, ())) <= registry.KEY_SCOPE, name
+
+
+def test_heads_of_a_kv_group_share_the_key_precomputations(monkeypatch):
+    """With one KeyCache for a group, the key moments and layout are built once, and every result
+    is bit-identical to analysing each head on its own."""
+    from qkwh.analyses import plasticity, stats
+    from qkwh.compute.work import run_analyses
+
+    calls = []
+    real_km, real_kl = stats.key_moments, plasticity.head_key_layout
+    monkeypatch.setattr(stats, "key_moments", lambda *a: calls.append("km") or real_km(*a))
+    monkeypatch.setattr(plasticity, "head_key_layout", lambda *a: calls.append("kl") or real_kl(*a))
+    config = RunConfig()
+    every = registry.names()
+    heads = _gqa_heads()
+    alone = [run_analyses(h, every, config) for h in heads]
+    assert calls == ["km", "kl"] * len(heads)
+    calls.clear()
+    cache = registry.KeyCache()
+    together = [run_analyses(h, every, config, keys=cache) for h in heads]
+    assert calls == ["km", "kl"]
+    for a, b in zip(alone, together):
+        for name in every:
+            assert a[name].tables.keys() == b[name].tables.keys()
+            for table, cols in a[name].tables.items():
+                for col, values in cols.items():
+                    np.testing.assert_array_equal(values, b[name].tables[table][col], err_msg=f"{table}.{col}")
+    # equal keys in other arrays are other keys: the cache starts over
+    copy = dataclasses.replace(heads[0], k=heads[0].k.copy())
+    calls.clear()
+    run_analyses(copy, every, config, keys=cache)
+    assert calls == ["km", "kl"]
+
+
+def test_shared_key_precomputations_are_read_only():
+    head = _gqa_heads(1)[0]
+    shared = registry.precompute(head, tuple(registry.get(a) for a in registry.names()))
+    for name in registry.KEY_SCOPE:
+        arrays = [v for v in vars(shared[name]).values() if isinstance(v, np.ndarray)]
+        assert arrays, name
+        for a in arrays:
+            with pytest.raises(ValueError, match="read-only"):
+                a[...] = 0
