@@ -100,19 +100,24 @@ def _take(rows: Rows, idx: np.ndarray | None) -> Rows:
     return rows if idx is None else tuple(c[idx] for c in rows)
 
 
-def _rows(f: FileData) -> Rows:
-    return (f.vectors, f.position, f.example_id, f.bucket)
+def _rows(f: FileData | Rows) -> Rows:
+    return f if isinstance(f, tuple) else (f.vectors, f.position, f.example_id, f.bucket)
 
 
-def _build_unit_head(unit: HeadUnit, q: Rows, k: Rows, config: RunConfig) -> HeadData:
-    return build_head(q, k, context_length=unit.context_length, bucket_size=unit.bucket_size,
+def group_key_rows(k: FileData, config: RunConfig) -> Rows:
+    """The rows of a KV group's k file with the ``max_tokens_per_head`` cap applied, for
+    :func:`head_data`: the heads built on them hold the very same key arrays (capping them again
+    per head keeps them as they are), so they can share what is computed from the keys alone
+    (:class:`qkwh.compute.registry.KeyCache`)."""
+    rows = _rows(k)
+    return _take(rows, cap_rows(len(rows[1]), config.max_tokens_per_head, config.seed))
+
+
+def head_data(unit: HeadUnit, q: FileData, k: FileData | Rows, config: RunConfig) -> HeadData:
+    """The head of ``unit`` from its q file and its k file (or the group's :func:`group_key_rows`)."""
+    return build_head(_rows(q), _rows(k), context_length=unit.context_length, bucket_size=unit.bucket_size,
                       sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head,
                       config=config, label=unit.label)
-
-
-def head_data(unit: HeadUnit, q: FileData, k: FileData, config: RunConfig) -> HeadData:
-    """The head of ``unit`` from its q file and k file."""
-    return _build_unit_head(unit, _rows(q), _rows(k), config)
 
 
 def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig, *,
@@ -146,15 +151,12 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
     outcomes: list[HeadOutcome] = []
     declared = {a.name: a for a in task.declarations}
     config_ids = dict(task.config_ids)
-    k_data = read_file(task.heads[0].k_path)
-    # the capped key rows once for the group (capping them again per head is a no-op), so every
-    # head holds the same key arrays and shares what is computed from them alone
-    k_rows = _take(_rows(k_data), cap_rows(len(k_data.position), task.config.max_tokens_per_head, task.config.seed))
-    keys = registry.KeyCache()
+    k_rows = group_key_rows(read_file(task.heads[0].k_path), task.config)
+    keys = registry.KeyCache()  # what the heads of the group compute from the keys alone
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
-            head = _build_unit_head(unit, _rows(read_file(unit.q_path)), k_rows, task.config)
+            head = head_data(unit, read_file(unit.q_path), k_rows, task.config)
             results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config, keys=keys)
             tables = head_tables(unit, results, config_ids)  # Arrow, ready to insert
             outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, tables=tables, analyses=tuple(results)))
