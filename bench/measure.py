@@ -542,6 +542,58 @@ def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
         return {name: 1e3 * _fastest(fn, repeat) * count for name, (fn, count) in calls.items()}
 
 
+def exhaustive_blas_floor(heads: int, rows: int, out: Path, log, repeat: int = 3) -> dict[str, float]:
+    """Milliseconds per head (median over ``heads`` heads of the benchmark model) of the BLAS calls
+    of exhaustive plasticity, at the shapes of each head's own data, on one BLAS thread: per
+    bucket, the triangular multiply of its eligible keys and the batched Gram matrices of the
+    examples' keys (the grouping and blocks :func:`qkwh.analyses.plasticity_pairs.exhaustive_bucket`
+    uses), plus the per-bucket query Gram matrices.  Random values of those shapes: BLAS time does
+    not depend on the values.
+    """
+    from scipy.linalg import blas
+    from threadpoolctl import threadpool_limits
+
+    from qkwh.analyses.plasticity_pairs import GRAM_BLOCK, _pair_blocks, _size_grouped_layout
+
+    units = model_units(heads, rows, out, SAMPLED, log)
+    rng = np.random.default_rng(0)
+    parts: dict[str, list[float]] = {"query scatter matrices (one Gram per bucket)": [],
+                                     "eligible keys times the Cholesky factor (one triangular multiply per bucket)": [],
+                                     "per-example Gram matrices of the eligible keys (batched)": []}
+    with threadpool_limits(limits=1):
+        for unit in units:
+            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
+            d = head.q.shape[1]
+            a = rng.standard_normal((d, d))
+            chol = np.asfortranarray(np.linalg.cholesky(a @ a.T + d * np.eye(d)).T)
+            t = np.asarray(head.q_pos, dtype=np.float64)
+            _, ex = np.unique(np.asarray(head.k_example), return_inverse=True)
+            k_pos = np.asarray(head.k_pos, dtype=np.float64)
+            q_counts, trmm, grams = [], [], []
+            for j in np.unique(head.q_bucket):
+                in_j = np.asarray(head.q_bucket) == j
+                q_counts.append(int(in_j.sum()))
+                elig = np.flatnonzero(k_pos < t[in_j].mean())  # plasticity's default eligibility
+                counts = np.bincount(ex.reshape(-1)[elig], minlength=int(ex.max()) + 1)
+                perm, groups = _size_grouped_layout(counts)
+                if not groups:
+                    continue
+                K = rng.standard_normal((len(perm), d))
+                trmm.append(lambda K=K, chol=chol: blas.dtrmm(1.0, chol, K.T, side=0, lower=0))
+                blocks = [(off, n_b, g, r0, r1) for off, n_b, g, r0, r1, _, _ in _pair_blocks(groups, GRAM_BLOCK)]
+
+                def gram(K=K, blocks=blocks) -> None:
+                    for off, n_b, g, r0, r1 in blocks:
+                        kb = K[off:off + n_b * g].reshape(n_b, g, -1)
+                        np.matmul(kb[:, r0:r1], kb.transpose(0, 2, 1))
+                grams.append(gram)
+            xs = [rng.standard_normal((c, d)) for c in q_counts]
+            timed = ([lambda: [x.T @ x for x in xs]], trmm, grams)
+            for (name, times), calls in zip(parts.items(), timed):
+                times.append(1e3 * sum(_fastest(fn, repeat) for fn in calls))
+    return {name: statistics.median(v) for name, v in parts.items()}
+
+
 def _fastest(fn, repeat: int) -> float:
     """Wall seconds of the fastest of ``repeat`` calls of ``fn`` (after one untimed call)."""
     fn()

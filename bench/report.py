@@ -152,6 +152,21 @@ def bound_lines(m: dict, spec: ModelSpec, scale: list[dict]) -> list[str]:
                      f"analyses that is not BLAS takes {_ms(max(allt - blas_total, 0.0))} ms per head.")
         else:
             text += "."
+    exh = m.get("blas_calls_exhaustive") or {}
+    if exh:
+        exh_total = sum(exh.values())
+        lines += ["", "| BLAS call of exhaustive plasticity, at its shape, one thread | ms per head |", "|---|---:|"]
+        lines += [f"| {name} | {ms:.1f} |" for name, ms in exh.items()]
+        lines.append(f"| **total** | **{exh_total:.1f}** |")
+        if row and read_g in row["median_s"]:
+            read = row["median_s"][read_g]
+            text += (f" Exhaustive plasticity alone: its BLAS calls at the shapes of the model's own heads take "
+                     f"{exh_total:.1f} ms per head, so with nothing but them (read + BLAS) / read would be "
+                     f"{(read + exh_total / 1e3) / read:.1f}")
+            if "plasticity (exhaustive)" in row["median_s"]:
+                text += f"; measured alone, one head at a time: {_ms(row['median_s']['plasticity (exhaustive)'])} ms."
+            else:
+                text += "."
     return [*lines, "", text]
 
 

@@ -47,7 +47,7 @@ from pathlib import Path  # noqa: E402
 # Pool workers import this module too (spawn re-imports __main__): keep its top level to what a
 # compute worker imports anyway (bench/measure.py keeps DuckDB and ingest out of its top level).
 from measure import (  # noqa: E402
-    BENCH, FULL, RUNS, SAMPLED, SMALL_RUNS, ModelSpec, blas_floor, gemm_rate, loadavg, machine, model_phases,
+    BENCH, FULL, RUNS, SAMPLED, SMALL_RUNS, ModelSpec, blas_floor, exhaustive_blas_floor, gemm_rate, loadavg, machine, model_phases,
     profile_heads,
     scaling,
 )
@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scaling_heads:
         rows_list = [int(r) for r in str(args.scaling_rows).split(",") if r.strip()]
         scale = scaling(args.scaling_heads, rows_list, out, exhaustive=exhaustive, log=log)
+        if exhaustive:
+            m["blas_calls_exhaustive"] = exhaustive_blas_floor(args.scaling_heads, args.rows, out, log)
     prof = None
     if not args.no_profile:
         log("profiling ...")
