@@ -342,7 +342,9 @@ def exhaustive_bucket(
     # Sigma' = U^T U is available (full) or diagonal and >= 0; else left = K Sigma', right = K.
     S = model.sigma_prime()
     if model.chol is not None:
-        left = _blas.dtrmm(1.0, model.chol, K.T, side=0, lower=0).T  # (U K^T)^T, C-contiguous
+        # (U K^T)^T, C-contiguous; K is this call's own copy (taken above) and not read again,
+        # so the product overwrites it instead of a copy of it
+        left = _blas.dtrmm(1.0, model.chol, K.T, side=0, lower=0, overwrite_b=1).T
         right = left
     elif S.ndim == 1 and (S >= 0).all():
         left = right = K * np.sqrt(S)
