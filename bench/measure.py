@@ -408,8 +408,8 @@ SCALING_COLUMNS = (("read q+k", None, None), ("pca", ("pca",), SAMPLED), ("rotat
                    ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
                    ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
                    ("all three (sampled)", ANALYSES, SAMPLED))
-#: the scaling columns timed a KV group at a time, per head (k read once, key precomputations shared)
-GROUP_COLUMNS = ("read, per head of a KV group", "all three (sampled), per head of a KV group")
+#: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
+GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
 
 
@@ -456,7 +456,7 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
                                                             SAMPLED)))
             for name, analyses, cfg in cols[1:]:
                 times[name].append(best(lambda: run_analyses(head, analyses, cfg)))
-        # as qkwh compute runs them: the k file read once per KV group, and what the group's
+        # as qkwh compute runs them: the k file read once per GQA group, and what the group's
         # heads compute from the keys alone shared (the time per head is the group's / its size)
         groups: dict[str, list] = {}
         for unit in units:

@@ -143,7 +143,7 @@ def bound_lines(m: dict, spec: ModelSpec, scale: list[dict]) -> list[str]:
     if row and all_g in row["median_s"]:
         read = row["median_s"][read_g]
         allt = row["median_s"][all_g]
-        text += (f" Measured (scaling table, CPU time per head, a KV group at a time as `qkwh compute` runs "
+        text += (f" Measured (scaling table, CPU time per head, a GQA group at a time as `qkwh compute` runs "
                  f"them): reading {_ms(read)} ms (the q file, and the group's k file shared), the three "
                  f"analyses {_ms(allt)} ms, so (read + analyses) / read = {(read + allt) / read:.1f}; with the "
                  f"analyses at their flop floor it would be {(read + total / rate) / read:.1f}")
@@ -219,7 +219,7 @@ def verdicts(main: dict, small: dict | None, scale: list[dict] | None = None, ta
         e = _exponent(scale, name)
         if e is not None:
             out.append(f"- growth exponent of {name}, {scale[0]['rows']:,} -> {scale[-1]['rows']:,} vectors: "
-                       f"{e:.2f} (target <= {exponent_target:g}): {_verdict(e <= exponent_target)}")
+                       f"{e:.3f} (target <= {exponent_target:g}): {_verdict(e <= exponent_target)}")
     row = next((r for r in scale if r["rows"] == spec.rows), None)
     if row and "plasticity (sampled)" in row["median_s"]:
         ms = 1e3 * row["median_s"]["plasticity (sampled)"]

@@ -292,7 +292,7 @@ def _gram(xc: np.ndarray) -> np.ndarray:
 class KeyMoments:
     """The key rows of one head as float64, centred, with their moments (read-only arrays).
 
-    They depend on the key rows alone, so the heads of one KV group (one k file, several query
+    They depend on the key rows alone, so the heads of one GQA group (one k file, several query
     heads) can share them: ``qkwh compute`` builds them once per group.
 
     Attributes

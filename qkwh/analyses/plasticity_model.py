@@ -389,9 +389,12 @@ def pair_plasticity(
 def _pp_from_mv(m: np.ndarray, v: np.ndarray, var_floor: float) -> tuple[np.ndarray, np.ndarray]:
     """``(pp, z)`` from pair means and variances: ``pp = 4 Phi(z) Phi(-z) = 4 a (1 - a)`` with
     ``a = Phi(-|z|) <= 1/2`` (one evaluation of Phi per pair; ``1 - a`` is exact to an ulp)."""
-    v = np.where(v <= 0, var_floor, v)
-    z = m / np.sqrt(v)
-    a = ndtr(-np.abs(z))
+    s = np.where(v <= 0, var_floor, v)  # a new array: ``v`` may be the caller's
+    np.sqrt(s, out=s)
+    z = m / s
+    a = np.abs(z, out=s)  # the same operations as ndtr(-|z|), in one scratch array
+    np.negative(a, out=a)
+    ndtr(a, out=a)
     pp = 1.0 - a
     pp *= a
     pp *= 4.0

@@ -116,9 +116,20 @@ class HeatmapAccumulator:
 
     def add(self, s1: np.ndarray, s2: np.ndarray, pp: np.ndarray) -> None:
         """Accumulate pairs with key positions ``s1, s2`` (float64) and plasticities ``pp``."""
-        dx = np.floor(np.abs(s1 - s2) / self.width).astype(np.int64)
-        dm = np.floor((self.tau - 0.5 * (s1 + s2)) / self.width).astype(np.int64) - self.dm_lo
-        cell = dx * self.n_dm + dm
+        # dx = floor(|s1 - s2| / W): the quotient is >= 0, so truncating it to an integer floors it
+        scratch = np.subtract(s1, s2)
+        np.abs(scratch, out=scratch)
+        scratch /= self.width
+        cell = scratch.astype(np.int64)
+        cell *= self.n_dm
+        # dm = floor((tau - (s1 + s2) / 2) / W) - dm_lo, with the same operations in one scratch array
+        np.add(s1, s2, out=scratch)
+        scratch *= 0.5
+        np.subtract(self.tau, scratch, out=scratch)
+        scratch /= self.width
+        np.floor(scratch, out=scratch)
+        cell += scratch.astype(np.int64)
+        cell -= self.dm_lo
         if self.cells is None:
             size = self.n.size
             self.n += np.bincount(cell, minlength=size)

@@ -188,7 +188,7 @@ PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
 #: name -> the precomputations its builder reads (each listed before it in PRECOMPUTE)
 PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments", "key_moments")}
 #: the precomputations built from the head's key rows alone (``k``, ``k_pos``, ``k_example``,
-#: ``k_bucket``): heads built on the same key arrays (the query heads of one KV group, read from
+#: ``k_bucket``): heads built on the same key arrays (the query heads of one GQA group, read from
 #: one k file) share them too, through a :class:`KeyCache`.  Their builders read nothing else
 #: (no query rows, and no precomputation outside this set).
 KEY_SCOPE: frozenset[str] = frozenset({"key_moments", "key_layout"})
@@ -198,7 +198,7 @@ class KeyCache:
     """The :data:`KEY_SCOPE` precomputations of the last head, for the next head with the same keys.
 
     A caller that analyses several heads built on the very same key arrays (the query heads of one
-    KV group, built from one read of the k file) hands one cache to :func:`precompute` for each of
+    GQA group, built from one read of the k file) hands one cache to :func:`precompute` for each of
     them: the key precomputations are then built for the first head only.  "The same" means the
     same array objects; the cache holds them, so they cannot be freed and their identity reused
     while it lives.  A head with other key arrays empties it.

@@ -105,7 +105,7 @@ def _rows(f: FileData | Rows) -> Rows:
 
 
 def group_key_rows(k: FileData, config: RunConfig) -> Rows:
-    """The rows of a KV group's k file with the ``max_tokens_per_head`` cap applied, for
+    """The rows of a GQA group's k file with the ``max_tokens_per_head`` cap applied, for
     :func:`head_data`: the heads built on them hold the very same key arrays (capping them again
     per head keeps them as they are), so they can share what is computed from the keys alone
     (:class:`qkwh.compute.registry.KeyCache`)."""

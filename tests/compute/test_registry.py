@@ -373,7 +373,7 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
 
 
 def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
-    """Query heads of one KV group: their own query rows, the very same key arrays."""
+    """Query heads of one GQA group: their own query rows, the very same key arrays."""
     rng = np.random.default_rng(11)
     k = rng.standard_normal((n, d)).astype(np.float32)
     k_pos = rng.permutation(n).astype(np.int64)
