@@ -299,6 +299,14 @@ def _pair_blocks(groups: list[tuple[int, int, int]], gram_block: int = GRAM_BLOC
                 yield off + c0 * size, n_b, size, r0, r1, aa, bb
 
 
+def _pair_ends(x: np.ndarray, g: int, a1: np.ndarray, a2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-key values ``x`` (n_b * g,) of consecutive examples of ``g`` keys each, at the two
+    keys of every pair ``(a1[p], a2[p])`` of every example: two (n_b * P,) arrays, example-major
+    (the order of the block's Gram entries)."""
+    xb = x.reshape(-1, g)
+    return np.take(xb, a1, axis=1).ravel(), np.take(xb, a2, axis=1).ravel()
+
+
 def exhaustive_bucket(
     keys_rot: np.ndarray,
     key_pos: np.ndarray,
@@ -377,17 +385,20 @@ def exhaustive_bucket(
         lb = (left[off:stop].reshape(n_b, g, d))[:, r0:r1]
         gram = np.matmul(lb, rb.transpose(0, 2, 1)).reshape(n_b, (r1 - r0) * g)
         gab = np.take(gram, aa * g + bb, axis=1).ravel()
-        base = (off + g * np.arange(n_b))[:, None]
-        i1 = (base + (r0 + aa)).ravel()
-        i2 = (base + bb).ravel()
-        m = np.take(u, i1) - np.take(u, i2)
-        v = np.take(gdiag, i1) + np.take(gdiag, i2) - 2.0 * gab
+        a1 = r0 + aa
+        u1, u2 = _pair_ends(u[off:stop], g, a1, bb)
+        m = u1 - u2
+        g1, g2 = _pair_ends(gdiag[off:stop], g, a1, bb)
+        v = g1 + g2 - 2.0 * gab
         pp, z = _pp_from_mv(m, v, var_floor)
         s_pp += float(pp.sum())
         s_pp2 += float(pp @ pp)
         s_z += float(np.abs(z).sum())
-        heat.add(np.take(pos, i1), np.take(pos, i2), pp)
+        heat.add(*_pair_ends(pos[off:stop], g, a1, bb), pp)
         if emp is not None:
+            base = (off + g * np.arange(n_b))[:, None]
+            i1 = (base + a1).ravel()
+            i2 = (base + bb).ravel()
             for c0 in range(0, len(i1), chunk):
                 c1 = c0 + chunk
                 diff = np.take(scores, i1[c0:c1], axis=0) - np.take(scores, i2[c0:c1], axis=0)
