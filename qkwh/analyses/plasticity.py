@@ -193,7 +193,7 @@ def _validate(head: HeadData) -> tuple[np.ndarray, np.ndarray]:
 class KeyLayout:
     """The keys of one head as plasticity reads them (arrays read-only).
 
-    Sorted by (example, position); they depend on the key rows alone, so the heads of one KV
+    Sorted by (example, position); they depend on the key rows alone, so the heads of one GQA
     group share them (``qkwh compute`` builds them once per k file).
 
     Attributes
@@ -299,7 +299,7 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
         ``default_rng(pair_seed(seed, layer, q_head))`` consumed bucket by bucket in increasing j.
     moments : the head's :func:`~qkwh.analyses.moments.query_moments` when already computed
         (shared with PCA and rotation); built here otherwise.
-    keys : the head's :func:`key_layout` when already computed (shared by the heads of a KV
+    keys : the head's :func:`key_layout` when already computed (shared by the heads of a GQA
         group); built here otherwise.
 
     Degenerate input never raises: no keys, n_q < 2, buckets with n_j < 2 or no admissible pair

@@ -154,9 +154,12 @@ def _query_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
 
 
 def _key_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
-    """The key rows as float64, centred, with their moments (:func:`qkwh.analyses.stats.key_moments`)."""
+    """The key rows as float64, centred, with their moments (:func:`qkwh.analyses.stats.key_moments`),
+    after the checks of the head moments built on them (a head they cannot serve fails here, with
+    the same message)."""
     from qkwh.analyses import stats
 
+    stats.validate_head(head)
     return stats.key_moments(head.k, head.k_pos)
 
 

@@ -434,3 +434,17 @@ def test_shared_key_precomputations_are_read_only():
         for a in arrays:
             with pytest.raises(ValueError, match="read-only"):
                 a[...] = 0
+
+
+def test_a_head_without_keys_fails_the_key_moments_with_the_head_checks_message():
+    """The key moments are built before the head moments that check the head: they check it first."""
+    from qkwh.compute.work import run_analyses
+
+    head = _gqa_heads(1)[0]
+    empty = dataclasses.replace(head, k=head.k[:0], k_pos=head.k_pos[:0], k_example=head.k_example[:0],
+                                k_bucket=head.k_bucket[:0])
+    with pytest.raises(ValueError, match="too few rows: need at least 3 query and 3 key rows, got n_q=300, n_k=0"):
+        run_analyses(empty, ("pca", "plasticity"), RunConfig())
+    # plasticity alone takes a head without keys (its rows say so, with NaN plasticity)
+    buckets = run_analyses(empty, ("plasticity",), RunConfig())["plasticity"].tables["plasticity_buckets"]
+    assert (buckets["n_eligible_keys"] == 0).all() and np.isnan(buckets["ap_bucket"]).all()
