@@ -134,17 +134,18 @@ class MeasuredExecutor:
 
 
 def read_only_group(task: GroupTask) -> list[HeadOutcome]:
-    """The baseline task: ``work.run_group`` without the analyses.  Reads the group's k file once,
-    then each q file, and assembles each head's arrays (``head_data``: the row cap, d check), with
+    """The baseline task: ``work.run_group`` without the analyses.  Reads the group's k file once
+    (``group_key_rows``: the row cap applied once), then each q file, and assembles each head's
+    arrays (``head_data``: the q row cap, d check), with
     BLAS pinned to one thread for the task like ``run_group``."""
     from threadpoolctl import threadpool_limits
 
     outcomes: list[HeadOutcome] = []
     with threadpool_limits(limits=1):
-        k_data = read_file(task.heads[0].k_path)
+        k_rows = group_key_rows(read_file(task.heads[0].k_path), task.config)
         for unit in task.heads:
             t0 = time.perf_counter()
-            head_data(unit, read_file(unit.q_path), k_data, task.config)
+            head_data(unit, read_file(unit.q_path), k_rows, task.config)
             outcomes.append(HeadOutcome(unit, time.perf_counter() - t0))
     return outcomes
 
