@@ -278,18 +278,14 @@ def query_model(
     per-bucket moments (:func:`query_model_from_moments`).
     """
     q_rot = np.asarray(q_rot, dtype=np.float64)
-    if cov_mode == "global_diag":
-        d = q_rot.shape[1]
-        return query_model_from_moments(np.zeros(d), None, 0, tau, pos, cov_mode, eps, global_fit=global_fit,
-                                        global_resid_var=global_resid_var)
-    if cov_mode not in ("full", "diag"):
-        raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
-    n = q_rot.shape[0]
-    if n < 2:
-        raise ValueError(f"query_model needs at least 2 queries in the bucket; got {n}")
-    mean = q_rot.mean(axis=0)
-    c = q_rot - mean
-    return query_model_from_moments(mean, c.T @ c, n, tau, pos, cov_mode, eps, offset=offset)
+    n, d = q_rot.shape
+    mean, scatter = np.zeros(d), None
+    if cov_mode in ("full", "diag") and n >= 2:  # else the rows are not read (or an error is raised)
+        mean = q_rot.mean(axis=0)
+        c = q_rot - mean
+        scatter = c.T @ c
+    return query_model_from_moments(mean, scatter, n, tau, pos, cov_mode, eps, global_fit=global_fit,
+                                    global_resid_var=global_resid_var, offset=offset)
 
 
 def query_model_from_moments(
