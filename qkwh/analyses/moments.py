@@ -197,7 +197,7 @@ class HeadMoments:
     sss: float
     msq_q: float
     msq_k: float
-    query: QueryMoments | None = None
+    query: QueryMoments
 
     @property
     def n_q(self) -> int:

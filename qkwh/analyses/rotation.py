@@ -134,7 +134,7 @@ def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) ->
 
 def _q_rows(mom: stats.HeadMoments, file_rows: np.ndarray) -> np.ndarray:
     """Rows of ``mom.qc`` holding the query file rows ``file_rows``."""
-    return file_rows if mom.query is None else mom.query.file_rows(file_rows)
+    return mom.query.file_rows(file_rows)
 
 
 # ---------------------------------------------------------------------------------------------
