@@ -200,8 +200,8 @@ class KeyLayout:
     ----------
     example_ids : (E,) the distinct example ids;  example : (n_k,) each key's index into them
     position : (n_k,) float64;  bucket : (n_k,) int64
-    raw : (n_k, d) the key vectors in this order, dtype as read (the empirical estimator's)
-    k64 : (n_k, d) the same as float64
+    k64 : (n_k, d) the key vectors in this order, as float64 (the values as read: a float32
+        input converts exactly)
     signs : (d,) the orientation signs of step 1 (:func:`orientation_signs`), +-1.0
     """
 
@@ -209,7 +209,6 @@ class KeyLayout:
     example: np.ndarray
     position: np.ndarray
     bucket: np.ndarray
-    raw: np.ndarray
     k64: np.ndarray
     signs: np.ndarray
 
@@ -222,11 +221,10 @@ def key_layout(k: np.ndarray, k_pos: np.ndarray, k_example: np.ndarray, k_bucket
     k_ex = k_ex[korder]
     position = np.asarray(k_pos, dtype=np.float64)[korder]
     bucket = np.asarray(k_bucket, dtype=np.int64)[korder]
-    raw = np.take(np.asarray(k), korder, axis=0)
-    k64 = raw.astype(np.float64)
+    k64 = np.take(np.asarray(k), korder, axis=0).astype(np.float64)
     signs = orientation_signs(k64, bucket)
-    out = KeyLayout(k_ex_ids, k_ex, position, bucket, raw, k64, signs)
-    for a in (out.example_ids, out.example, out.position, out.bucket, out.raw, out.k64, out.signs):
+    out = KeyLayout(k_ex_ids, k_ex, position, bucket, k64, signs)
+    for a in (out.example_ids, out.example, out.position, out.bucket, out.k64, out.signs):
         a.flags.writeable = False  # shared between heads: never modified in place
     return out
 
@@ -338,7 +336,7 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     kl = keys if keys is not None else key_layout(k_in, head.k_pos, head.k_example, head.k_bucket)
     k_ex_ids, k_ex, k_pos, k_bkt = kl.example_ids, kl.example, kl.position, kl.bucket
     # the empirical estimator scores raw vectors: q.k is unchanged by orientation and reflection
-    k_raw = kl.raw if params.empirical else None
+    k_raw = kl.k64 if params.empirical else None
     signs = kl.signs if params.orientation else np.ones(d)
     K = kl.k64 * signs  # this head's copy: reflected in place below
 

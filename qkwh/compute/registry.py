@@ -192,8 +192,9 @@ PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
 PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments", "key_moments")}
 #: the precomputations built from the head's key rows alone (``k``, ``k_pos``, ``k_example``,
 #: ``k_bucket``): heads built on the same key arrays (the query heads of one GQA group, read from
-#: one k file) share them too, through a :class:`KeyCache`.  Their builders read nothing else
-#: (no query rows, and no precomputation outside this set).
+#: one k file) share them too, through a :class:`KeyCache`.  What their builders return depends
+#: on the key rows alone (they may check the whole head first, and read no precomputation
+#: outside this set).
 KEY_SCOPE: frozenset[str] = frozenset({"key_moments", "key_layout"})
 
 
