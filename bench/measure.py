@@ -413,7 +413,6 @@ SCALING_COLUMNS = (("read q+k", None, None), ("pca", ("pca",), SAMPLED), ("rotat
 GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
 
-
 def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> list:
     """The head units of a benchmark model of ``heads`` heads x ``rows`` vectors (generated and
     ingested into a scratch warehouse if needed; the warehouse is removed, the files stay)."""
@@ -423,6 +422,7 @@ def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> lis
     tasks = plan_tasks(db, spec.model_id, config)
     shutil.rmtree(db.parent, ignore_errors=True)
     return [u for t in tasks for u in t.heads]
+
 
 def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3) -> list[dict]:
     """Median per-head CPU seconds (``time.process_time``) of reading and of each analysis, in this
@@ -506,8 +506,9 @@ def gemm_rate(n: int = 8000, d: int = 128, repeat: int = 5) -> dict:
 def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
     """Milliseconds per head of the BLAS calls the three analyses (defaults) make on one head,
     each at its real shape, on one BLAS thread (fastest of ``repeat`` tries, times the number of
-    calls per head; the key Gram matrix is made once per k file and shared by its query heads).  Dense algebra no implementation of these analyses avoids, at the speed this
-    BLAS reaches on these shapes: a floor for the analyses' CPU time per head.
+    calls per head; the key Gram matrix is made once per k file and shared by its query heads).
+    Dense algebra no implementation of these analyses avoids, at the speed this BLAS reaches on
+    these shapes: a floor for the analyses' CPU time per head.
     """
     from scipy.linalg import blas
     from threadpoolctl import threadpool_limits

@@ -190,6 +190,7 @@ def _ratio_target(what: str, wall_s: float, read_s: float, target: float, detail
     return (f"- {what} = {r:.1f} x read-only ({detail}; target <= {target:g} x): {_verdict(r <= target)}"
             + ("" if r <= target else f", by {r / target:.1f} x"))
 
+
 def verdicts(main: dict, small: dict | None, scale: list[dict] | None = None, target: float = 3.0,
              exhaustive_target: float = 5.0, exponent_target: float = 1.05, plasticity_ms: float = 40.0) -> list[str]:
     out = []
