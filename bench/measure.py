@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from qkwh.compute import precompute
 from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
-from qkwh.compute import registry
 from qkwh.compute.work import HeadOutcome, group_key_rows, head_data, run_analyses
 from qkwh.params import ANALYSES, RunConfig
 from qkwh.sniffed.reader import read_file
@@ -472,7 +472,7 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
             loaded = read_group()
 
             def analyse_group(loaded=loaded) -> None:
-                keys = registry.KeyCache()
+                keys = precompute.KeyCache()
                 for head in loaded:
                     run_analyses(head, ANALYSES, SAMPLED, keys=keys)
 

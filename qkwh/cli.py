@@ -509,7 +509,7 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
     sets are never touched): say how many it replaces (the same inputs and parameters give the
     same numbers, so it does not ask)."""
     from qkwh import store
-    from qkwh.compute import registry
+    from qkwh.analyses import registry
     from qkwh.compute.units import code_version
 
     config_ids = [cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.names())]

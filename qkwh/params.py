@@ -1,14 +1,14 @@
-"""Typed, frozen parameters of the per-head analyses and the run config that carries them.
+"""The run config: the run-wide parameters and one parameter section per registered analysis.
 
-Each analysis declares its parameter class in the analysis registry
-(:mod:`qkwh.compute.registry`); the classes of the built-in analyses live here so the pure
-analyses can import them.  One :class:`RunConfig` travels from the YAML run config
+Each analysis declares its parameter class (a frozen dataclass) with the rest of its declaration
+(:mod:`qkwh.analyses.registry`; the built-in ones in :mod:`qkwh.analyses.declared`).  One
+:class:`RunConfig` travels from the YAML run config
 (``configs/run.yaml``: one section per registered analysis) through the compute layer into the
 analyses.  :meth:`RunConfig.validate` is the one parameter check.  Its
 :meth:`RunConfig.fingerprint` (together with the code version) identifies a parameter set in the
 warehouse table ``run_config``; every result row carries that ``config_id``.
 
-This module is pure data: no I/O, no DuckDB, importable by ``qkwh.analyses``.
+This module is pure data: no I/O, no DuckDB, no compute; importable by ``qkwh.analyses``.
 """
 
 from __future__ import annotations
@@ -21,53 +21,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-CovMode = Literal["full", "diag", "global_diag"]
-Eligibility = Literal["position", "strict_bucket"]
-PairsMode = Literal["sampled", "exhaustive"]
-BMode = Literal["eig", "centroid"]
-Pairing = Literal["independent", "same_example_nearest", "row_order"]
-
-
-@dataclass(frozen=True)
-class PCAParams:
-    """Combined Q/K PCA (docs/metrics/pca.md).  The taxonomy thresholds belong to the dbt project."""
-
-    n_components: int = field(default=10, metadata={"gt": 0})  # PCA components kept
-    sign_threshold: float = field(default=0.05, metadata={"ge": 0, "le": 1})  # |r_q| below this -> the component's sign is anchored on r_k
-
-
-@dataclass(frozen=True)
-class RotationParams:
-    """Planar rotation model (docs/metrics/rotation.md)."""
-
-    b_mode: BMode = "eig"  # which b the b-metrics use; both axes are always stored
-    pairing: Pairing = "independent"  # how delta = q - k is paired
-    t_active: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # threshold on angle_r_circ_pm (in [0, 1]) for an "active" complement pair
-    max_pairs: int = field(default=30, metadata={"gt": 0})  # complement SVD pairs
-    omega_grid: int = field(default=512, metadata={"gt": 0})  # log-spaced omega grid size
-
-
-@dataclass(frozen=True)
-class PlasticityParams:
-    """Attention plasticity (docs/metrics/plasticity.md)."""
-
-    num_pairs_per_bucket: int = field(default=1024, metadata={"gt": 0})  # P: key pairs per query bucket
-    cov_mode: CovMode = "full"
-    eligibility: Eligibility = "position"
-    pairs: PairsMode = "sampled"
-    normality_max_dims: int = field(default=64, metadata={"gt": 0})  # dimensions the normality tests look at
-    p_alpha: float = field(default=0.01, metadata={"gt": 0, "lt": 1})  # significance level of those tests
-    eps: float = field(default=1e-12, metadata={"ge": 0})  # ridge added to per-bucket covariances
-    var_floor: float = field(default=1e-12, metadata={"ge": 0})  # floor for the pair variance v
-    orientation: bool = True  # orient the key-mean sign before counting
-    empirical: bool = False  # also count with the bucket's real queries (same pairs)
+from qkwh.analyses import registry as _analyses
 
 
 def _registry():
-    """The analysis registry (imported late: it imports this module for the parameter classes)."""
-    from qkwh.compute import registry
-
-    return registry
+    """The analysis registry."""
+    return _analyses
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 
 from qkwh import store
-from qkwh.compute import registry
+from qkwh.analyses import registry
 from qkwh.errors import InputError, NotFoundError, QkwhError
 from qkwh.params import RunConfig
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import duckdb
 
+from qkwh.analyses import registry
+from qkwh.analyses.registry import CONFIG_COLUMN, HEAD_KEY, Table
 from qkwh.columns import as_arrow
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
@@ -97,12 +99,15 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
 # ---------------------------------------------------------------------------------------------
 
 
-def _schema_ddl(table: str) -> str:
-    """The ``CREATE TABLE`` statement of ``table`` in warehouse/schema.sql."""
+def _schema_ddl(table: str, name: str) -> str:
+    """The ``CREATE TABLE`` statement of ``table``, creating it as ``name``: generated for an
+    analysis table, else the one in warehouse/schema.sql."""
+    if table in registry.result_tables():
+        return analysis_table_ddl(registry.table(table), name)
     m = re.search(rf"CREATE TABLE IF NOT EXISTS {re.escape(table)} \((.*?)\n\);", SCHEMA_SQL.read_text(), re.S)
     if not m:  # pragma: no cover - every migrated table is in the schema
         raise QkwhError(f"schema.sql has no table {table}")
-    return m.group(0)
+    return m.group(0).replace(f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE {quote_ident(name)} (", 1)
 
 
 def _primary_keys(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -115,12 +120,10 @@ def _primary_keys(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
 
 def tables_to_migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Tables created by an older qkwh: head_runs when its primary key lacks config_id (one
-    parameter set per head), and the per-head result tables of warehouse/schema.sql that still
-    have a PRIMARY KEY index (their keys are now guaranteed by the writer and tested by dbt)."""
+    parameter set per head), and the per-head result tables that still have a PRIMARY KEY index
+    (their keys are now guaranteed by the writer and tested by dbt)."""
     keys = _primary_keys(con)
-    builtin = set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \(", SCHEMA_SQL.read_text()))
-    return [t for t in compute_tables() if t in keys and t in builtin
-            and (t != "head_runs" or "config_id" not in keys[t])]
+    return [t for t in compute_tables() if t in keys and (t != "head_runs" or "config_id" not in keys[t])]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -135,8 +138,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     with transaction(con):
         for table in old:
             new = f"{table}__qkwh_migrating"
-            con.execute(_schema_ddl(table).replace(f"CREATE TABLE IF NOT EXISTS {table} (",
-                                                   f"CREATE TABLE {quote_ident(new)} (", 1))
+            con.execute(_schema_ddl(table, new))
             have = {r[0] for r in con.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
                 "AND table_name = ?", [table]).fetchall()}
@@ -159,7 +161,7 @@ def _register_remote(con: duckdb.DuckDBPyConnection) -> None:
     except duckdb.CatalogException:  # not a qkwh warehouse (yet)
         return
     if remote:
-        from qkwh.sniffed.remote import register
+        from qkwh.sniffed.hubfs import register
 
         register(con)
 
@@ -227,10 +229,8 @@ CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings"
 
 
 def compute_tables() -> tuple[str, ...]:
-    """The per-head result tables of every registered analysis (qkwh.compute.registry), written
+    """The per-head result tables of every registered analysis (qkwh.analyses.registry), written
     by `qkwh compute`, plus its bookkeeping table head_runs."""
-    from qkwh.compute import registry
-
     return (*registry.result_tables(), "head_runs")
 
 
@@ -241,17 +241,23 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def create_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the result tables that registered analyses declare with their columns (the
-    built-in ones are in warehouse/schema.sql); idempotent."""
-    from qkwh.compute import registry
+def analysis_table_ddl(table: Table, name: str | None = None) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` statement of an analysis table (named ``name``, default
+    its own), from its declaration (``qkwh/sql/analysis_table.sql``): the head key, the declared
+    columns (key columns NOT NULL) and ``config_id``."""
+    if list(HEAD_KEY) != ["model_id", "layer", "q_head", "k_head"] or CONFIG_COLUMN != "config_id":
+        raise QkwhError("qkwh/sql/analysis_table.sql spells out the head key and config_id")  # pragma: no cover
+    return load_sql("analysis_table").format(
+        table=quote_ident(name or table.name),
+        columns=",\n    ".join(f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in table.key else ''}"
+                               for c in table.columns),
+        key="".join(f", {c}" for c in table.key))
 
-    template = load_sql("analysis_table")
-    for table in registry.declared_tables():
-        con.execute(template.format(
-            table=quote_ident(table.name),
-            columns=",\n    ".join(f"{quote_ident(c)} {t}" for c, t in table.columns),
-            key="".join(f", {quote_ident(c)}" for c in table.key)))
+
+def create_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the result table of every registered analysis from its declaration; idempotent."""
+    for table in registry.tables():
+        con.execute(analysis_table_ddl(table))
 
 
 def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
@@ -302,17 +308,6 @@ def missing_files_message(model_id: str, n_missing: int, n_files: int, example: 
     return (f"the vectors of model {model_id!r} are unavailable: {n_missing} of {n_files} cataloged files "
             f"are missing (e.g. {example}); re-ingest it from its new place (`qkwh ingest NEW_FOLDER "
             f"--model-id {model_id}`) or drop it (`qkwh remove {model_id}`)")
-
-
-def check_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -> None:
-    """Raise :class:`~qkwh.errors.MissingFilesError` naming the first model (of ``models``,
-    default all) whose local files are missing."""
-    from qkwh.errors import MissingFilesError
-
-    missing = missing_vector_files(con, models)
-    if missing:
-        model_id = sorted(missing)[0]
-        raise MissingFilesError(missing_files_message(model_id, *missing[model_id]))
 
 
 def _vectors_state(missing: tuple[int, int, str] | None) -> str:

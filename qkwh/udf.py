@@ -11,7 +11,7 @@ examples and buckets, the model's context length and bucket size, and the head's
 window) and returns a STRUCT: the columns of the analysis' one-row-per-head table
 (``pca_heads``, ``rotation_heads``, ``plasticity_heads``), plus one list field per other output
 table holding that table's rows for the head (e.g. ``components``, ``buckets``; the field names
-are declared in :mod:`qkwh.compute.registry`).  The head key and ``config_id`` are left out.
+are declared in :mod:`qkwh.analyses.registry`).  The head key and ``config_id`` are left out.
 
 The functions build the head with the bulk path's builder
 (:func:`qkwh.compute.work.build_head`, including the max_tokens_per_head cap) and run it with
@@ -26,9 +26,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from qkwh.analyses import registry
+from qkwh.analyses.registry import Analysis, Table
 from qkwh.analyses.types import AnalysisResult
-from qkwh.compute import registry
-from qkwh.compute.registry import CONFIG_COLUMN, HEAD_KEY, Analysis, Table
 from qkwh.params import RunConfig
 
 #: the argument of every analysis function: one row of ``head_inputs(model_id)``
@@ -39,25 +39,9 @@ HEAD_STRUCT = ("STRUCT(model_id VARCHAR, layer INTEGER, q_head INTEGER, k_head I
 
 
 def table_columns(tables: tuple[Table, ...]) -> dict[str, list[tuple[str, str]]]:
-    """Result columns ``(name, SQL type)`` of ``tables`` (head key and config_id left out), read
-    from warehouse/schema.sql or from the table's declaration."""
-    from qkwh import store
-    from qkwh.paths import SCHEMA_SQL
-
-    con = duckdb.connect()
-    try:
-        con.execute(SCHEMA_SQL.read_text())
-        store.create_analysis_tables(con)
-        out: dict[str, list[tuple[str, str]]] = {}
-        for table in tables:
-            rows = con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                               "WHERE table_name = ? ORDER BY ordinal_position", [table.name]).fetchall()
-            if not rows:
-                raise ValueError(f"table {table.name} is neither in warehouse/schema.sql nor declared with columns")
-            out[table.name] = [(n, t) for n, t in rows if n not in (*HEAD_KEY, CONFIG_COLUMN)]
-        return out
-    finally:
-        con.close()
+    """Result columns ``(name, SQL type)`` of ``tables`` (head key and config_id left out), as
+    declared."""
+    return {table.name: [(c.name, c.type) for c in table.columns] for table in tables}
 
 
 def return_type(analysis: Analysis, columns: dict[str, list[tuple[str, str]]]) -> str:

@@ -1,5 +1,6 @@
--- qkwh warehouse schema (DuckDB).  Every table and column is described in docs/tables.md.
--- Applied idempotently by qkwh.store.connect(); every statement is CREATE ... IF NOT EXISTS.
+-- qkwh warehouse schema (DuckDB): the catalog and bookkeeping tables.  Every table and column is
+-- described in docs/tables.md.  Applied idempotently by qkwh.store.connect(); every statement is
+-- CREATE ... IF NOT EXISTS.
 -- A head is (model_id, layer, q_head) with k_head beside it.
 
 ------------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ CREATE TABLE IF NOT EXISTS ingest_findings (
 
 CREATE TABLE IF NOT EXISTS run_config (
     config_id     VARCHAR PRIMARY KEY,           -- RunConfig.fingerprint(analysis, code_version)
-    analysis      VARCHAR NOT NULL,              -- a registered analysis: pca | rotation | plasticity | ...
+    analysis      VARCHAR NOT NULL,              -- a registered analysis (qkwh.analyses.registry)
     code_version  VARCHAR NOT NULL,
     params_json   VARCHAR NOT NULL,              -- every parameter that influences the analysis
     created_at    TIMESTAMP NOT NULL,
@@ -135,143 +136,9 @@ CREATE TABLE IF NOT EXISTS mart_builds (
 );
 
 ------------------------------------------------------------------------------------------------
--- Per-head results (docs/metrics/).  Every table carries config_id -> run_config, and config_id
--- is part of every key: the rows of several parameter sets of one head are kept side by side.
--- The keys are declared as comments, not as PRIMARY KEY indexes: an index costs more to maintain
--- than the insert itself (the heatmap's seven-column key alone was ~1 ms per head, growing with
--- the table) and the writer guarantees the key (a head's rows of a set are deleted and written in
--- one transaction with its head_runs row, which keeps its PRIMARY KEY); the dbt sources test
--- every key at `qkwh build`.  (Warehouses created with indexed keys are migrated by
--- qkwh.store.connect, rows kept.)
+-- Per-head results (docs/metrics/): one set of tables per analysis, generated from the analysis
+-- declarations (qkwh.analyses.registry, DDL template qkwh/sql/analysis_table.sql) and created by
+-- qkwh.store.connect right after this file.  Every such table starts with the head key
+-- (model_id, layer, q_head, k_head), ends with config_id -> run_config, and config_id is part of
+-- every key: the rows of several parameter sets of one head are kept side by side.
 ------------------------------------------------------------------------------------------------
-
--- combined Q/K PCA: docs/metrics/pca.md
-CREATE TABLE IF NOT EXISTS pca_components (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    pc INTEGER NOT NULL,
-    explained_variance_ratio DOUBLE,
-    r_q DOUBLE, r_k DOUBLE, p_q DOUBLE, p_k DOUBLE,
-    sign_flipped BOOLEAN, anchor VARCHAR,
-    mean_q DOUBLE, mean_k DOUBLE, var_q DOUBLE, var_k DOUBLE,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, pc)
-);
-
-CREATE TABLE IF NOT EXISTS pca_heads (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    n_q INTEGER, n_k INTEGER, d INTEGER,
-    ev0 DOUBLE, ev1 DOUBLE, r_q0 DOUBLE, r_k0 DOUBLE,      -- taxonomy: derived by dbt (head_metrics)
-    pos_var_q_thesis DOUBLE, pos_var_k_thesis DOUBLE,
-    pc0_share_pos_q DOUBLE, pc0_share_pos_k DOUBLE,
-    pos_var_q_exact DOUBLE, pos_var_k_exact DOUBLE,
-    qk_sep_pc0 DOUBLE, fisher_pc0 DOUBLE, qk_acc_pc01 DOUBLE,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id)
-);
-
--- For plots: the canonicalised principal axes and the pooled mean of each head, kept
--- (like rotation_axes) so reports can draw Q/K in the PC0/PC1 plane: z_i = (x - mean)·pc_i.
-CREATE TABLE IF NOT EXISTS pca_axes (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    axis VARCHAR NOT NULL,                       -- 'mean' | 'pc0' .. 'pc9'
-    vec FLOAT[],
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, axis)
-);
-
--- planar rotation model: docs/metrics/rotation.md
-CREATE TABLE IF NOT EXISTS rotation_heads (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    n_q INTEGER, n_k INTEGER, d INTEGER,
-    degenerate BOOLEAN,
-    b_mode VARCHAR, pairing VARCHAR,
-    position_r DOUBLE, r_q_a DOUBLE, r_k_a DOUBLE,
-    alpha_q DOUBLE, alpha_k DOUBLE, intercept_q_a DOUBLE, intercept_k_a DOUBLE,
-    mu_q_a DOUBLE, mu_k_a DOUBLE, mu_q_b DOUBLE, mu_k_b DOUBLE,
-    bias_strength DOUBLE, bias_strength_ctx DOUBLE, slope_ratio_kq DOUBLE,
-    separation_strength DOUBLE,
-    var_frac_a DOUBLE, var_frac_b DOUBLE, plane_var_fraction DOUBLE,
-    content_var_b DOUBLE, content_var_b_frac DOUBLE,
-    residual_pos_r DOUBLE,
-    omega DOUBLE, omega_r_squared DOUBLE,
-    n_active_pairs INTEGER, active_var_frac DOUBLE,
-    cos_b_bc DOUBLE,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id)
-);
-
-CREATE TABLE IF NOT EXISTS rotation_pairs (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    pair INTEGER NOT NULL,
-    sv_var_share DOUBLE, angle_r DOUBLE, angle_r_circ DOUBLE, omega_pair DOUBLE,
-    angle_r_circ_pm DOUBLE, omega_pair_pm DOUBLE, qk_acc DOUBLE, active BOOLEAN,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, pair)
-);
-
--- vec is FLOAT[] (a list) rather than FLOAT[d]: one table holds models with different d.
--- Besides the axes a, b, b_centroid: 'mean' (pooled mean) and the complement directions
--- 'w0' .. 'w{2n-1}' (pair i = w_{2i}, w_{2i+1}), for the complement-pair collage.
-CREATE TABLE IF NOT EXISTS rotation_axes (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    axis VARCHAR NOT NULL,                       -- 'a' | 'b' | 'b_centroid' | 'mean' | 'w0' ..
-    vec FLOAT[],
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, axis)
-);
-
--- attention plasticity: docs/metrics/plasticity.md
-CREATE TABLE IF NOT EXISTS plasticity_heads (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    n_q INTEGER, n_k INTEGER, d INTEGER,
-    q_R2_pos DOUBLE, q_beta_norm DOUBLE,
-    q_R2_scalar DOUBLE, q_mae_baseline DOUBLE, q_mae_proj DOUBLE, q_mae_ratio DOUBLE,
-    q_resid0_skew DOUBLE, q_resid0_kurt DOUBLE, q_resid0_ks_p DOUBLE,
-    q_noise_med_abs_skew DOUBLE, q_noise_med_abs_kurt DOUBLE,
-    q_noise_med_ks_p DOUBLE, q_noise_frac_ks_p_lt_alpha DOUBLE,
-    -- ap_overall, deciles, first/last 20 % and ap_drop are derived from plasticity_buckets by
-    -- dbt (head_metrics), the one place they are computed
-    alpha_pos DOUBLE, beta_pos DOUBLE, sigma2_pos DOUBLE, seed_used BIGINT,
-    context_length INTEGER,
-    cov_mode VARCHAR, eligibility VARCHAR, pairs VARCHAR, empirical BOOLEAN,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id)
-);
-
-CREATE TABLE IF NOT EXISTS plasticity_buckets (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    q_bucket INTEGER NOT NULL,
-    bucket_position DOUBLE,                      -- tau_j: mean query position of the bucket
-    bucket_midpoint DOUBLE,                      -- (j + 0.5) * bucket_size
-    bucket_frac DOUBLE,                          -- tau_j / L_ctx
-    n_queries INTEGER,
-    n_eligible_keys BIGINT, n_admissible_pairs BIGINT,
-    n_pairs INTEGER,                             -- pairs evaluated (all admissible when exhaustive)
-    ap_bucket DOUBLE,
-    ap_bucket_se DOUBLE,                         -- standard error of the sampled estimator
-    mean_abs_z DOUBLE,
-    ap_bucket_empirical DOUBLE,                  -- same pairs, counted with the bucket's real queries
-    ap_bucket_empirical_se DOUBLE,               -- its standard error (as ap_bucket_se)
-    gauss_gap_se DOUBLE,                         -- SE of ap_bucket - ap_bucket_empirical (paired)
-    mode VARCHAR,                                -- '<pairs>/<cov_mode>/<eligibility>'
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, q_bucket)
-);
-
-CREATE TABLE IF NOT EXISTS plasticity_heatmap (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    q_bucket INTEGER NOT NULL,
-    dx_bin INTEGER NOT NULL,                     -- floor(|s1 - s2| / W), W = bucket size
-    dm_bin INTEGER NOT NULL,                     -- floor((tau_j - (s1 + s2)/2) / W)
-    n BIGINT, sum_pp DOUBLE, sum_pp2 DOUBLE,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, q_bucket, dx_bin, dm_bin)
-);
-
-CREATE TABLE IF NOT EXISTS plasticity_components (
-    model_id VARCHAR NOT NULL, layer INTEGER NOT NULL, q_head INTEGER NOT NULL, k_head INTEGER NOT NULL,
-    component INTEGER NOT NULL,
-    component_r2 DOUBLE, component_weight DOUBLE,
-    config_id VARCHAR NOT NULL
-    -- key: (model_id, layer, q_head, config_id, component)
-);

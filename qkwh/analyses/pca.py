@@ -18,12 +18,15 @@ positions in tokens; correlations, ratios and accuracies are dimensionless.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from scipy import linalg
 
 from qkwh.analyses import stats
+from qkwh.analyses.declared.pca import PCAParams
 from qkwh.analyses.types import AnalysisResult, HeadData
-from qkwh.params import PCAParams
 
 __all__ = ["analyse"]
 
@@ -84,7 +87,7 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     Parameters
     ----------
     head : the head (q: (n_q, d), k: (n_k, d); positions in tokens); n_q, n_k >= 3
-    params : :class:`~qkwh.params.PCAParams`
+    params : :class:`~qkwh.analyses.declared.pca.PCAParams`
     moments : precomputed :func:`stats.head_moments(head) <qkwh.analyses.stats.head_moments>`
 
     Returns
@@ -214,3 +217,9 @@ def _pos_var_exact(
     if zero_pos or bool(stats.is_zero_variance(tr / n, msq)):
         return 0.0
     return float(cross @ cross) / (spp * tr)
+
+
+def run(head: HeadData, params: PCAParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+    """The registered function (``qkwh.analyses.declared.pca``): :func:`analyse` with the shared
+    per-head precomputations."""
+    return analyse(head, params, moments=shared.get("moments"))

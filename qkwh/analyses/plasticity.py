@@ -39,10 +39,13 @@ docstrings.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from qkwh.analyses.declared.plasticity import PlasticityParams
 from qkwh.analyses.moments import QueryMoments, query_moments
 from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
 from qkwh.analyses.normality import (  # noqa: F401 (_kstwo_sf_one: tests)
@@ -83,7 +86,7 @@ from qkwh.analyses.plasticity_pairs import (
     sampled_bucket,
 )
 from qkwh.analyses.types import AnalysisResult, HeadData
-from qkwh.params import PlasticityParams, pair_seed
+from qkwh.params import pair_seed
 
 # private helpers the tests exercise directly (_kstwo_sf_one, _upper_cholesky above)
 _ks_summary = ks_summary
@@ -292,7 +295,7 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
         W and the midpoint unit, ``head.context_length`` is L_ctx, ``head.sliding_window`` (tokens
         or None) restricts eligible keys to ``tau_j - s <= window``.
-    params : :class:`~qkwh.params.PlasticityParams` (cov_mode, eligibility, pairs, P, ...).
+    params : :class:`~qkwh.analyses.declared.plasticity.PlasticityParams` (cov_mode, eligibility, pairs, P, ...).
     seed : the run's base seed; normality dims use ``default_rng(seed)``, pairs use
         ``default_rng(pair_seed(seed, layer, q_head))`` consumed bucket by bucket in increasing j.
     moments : the head's :func:`~qkwh.analyses.moments.query_moments` when already computed
@@ -487,3 +490,10 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
         heads[c] = np.array([val], dtype=object if isinstance(val, str) else None)
     result.add(HEADS, heads)
     return result
+
+
+def run(head: HeadData, params: PlasticityParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+    """The registered function (``qkwh.analyses.declared.plasticity``): :func:`analyse` with the shared
+    per-head precomputations."""
+    return analyse(head, params, seed=seed, moments=shared.get("query_moments"),
+                   keys=shared.get("key_layout"))

@@ -36,12 +36,15 @@ malformed input or fewer than 3 query/key rows raise ``ValueError``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from scipy import linalg
 
 from qkwh.analyses import stats
+from qkwh.analyses.declared.rotation import RotationParams
 from qkwh.analyses.types import AnalysisResult, HeadData
-from qkwh.params import RotationParams
 
 __all__ = ["analyse", "delta_second_moment", "nearest_pairs", "HEAD_FLOAT_COLUMNS", "PAIR_COLUMNS"]
 
@@ -240,7 +243,7 @@ def analyse(
     ----------
     head : q (n_q, d), k (n_k, d), positions in tokens; needs d >= 3, n_q, n_k >= 3, and
         ``context_length`` / ``bucket_size`` (ω grid, ``bias_strength_ctx``)
-    params : :class:`~qkwh.params.RotationParams` (b_mode, pairing, t_active, max_pairs, omega_grid)
+    params : :class:`~qkwh.analyses.declared.rotation.RotationParams` (b_mode, pairing, t_active, max_pairs, omega_grid)
     moments : precomputed :func:`qkwh.analyses.stats.head_moments` of ``head`` (optional)
 
     Returns
@@ -462,3 +465,9 @@ def analyse(
         "vec": np.vstack([a, b_eig, b_cen, xbar, w[:, : 2 * n_pairs].T]),
     })
     return res
+
+
+def run(head: HeadData, params: RotationParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+    """The registered function (``qkwh.analyses.declared.rotation``): :func:`analyse` with the shared
+    per-head precomputations."""
+    return analyse(head, params, moments=shared.get("moments"))

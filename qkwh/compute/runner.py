@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkwh import store
-from qkwh.compute import registry
+from qkwh.analyses import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group

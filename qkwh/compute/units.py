@@ -12,17 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import qkwh
-from qkwh.compute import registry
-from qkwh.compute.registry import Analysis
+from qkwh.analyses import registry
+from qkwh.analyses.registry import Analysis
+from qkwh.compute.precompute import code_files
 from qkwh.params import RunConfig
 
 
 def _package_code() -> tuple[Path, ...]:
-    """The package's analysis code: params, every module of qkwh/analyses, the registry and the
-    per-head work."""
+    """The package's analysis code: params, every module of qkwh/analyses (the declarations and
+    the registry among them), the precomputations and the per-head work."""
     root = Path(qkwh.__file__).resolve().parent
     return (root / "params.py", *sorted((root / "analyses").rglob("*.py")),
-            root / "compute" / "registry.py", root / "compute" / "work.py")
+            root / "compute" / "precompute.py", root / "compute" / "work.py")
 
 
 def code_version(analysis: str | None = None) -> str:
@@ -34,7 +35,7 @@ def code_version(analysis: str | None = None) -> str:
     root = Path(qkwh.__file__).resolve().parent
     files = list(_package_code())
     if analysis is not None:
-        files += [p for p in registry.get(analysis).code_files() if p not in files]
+        files += [p for p in code_files(registry.get(analysis)) if p not in files]
     h = hashlib.sha256()
     for p in files:
         if p.exists():

@@ -21,8 +21,9 @@ import pyarrow as pa
 from qkwh.analyses.stats import cap_rows
 from qkwh.columns import as_arrow
 from qkwh.analyses.types import AnalysisResult, HeadData
-from qkwh.compute import registry
-from qkwh.compute.registry import Analysis
+from qkwh.analyses import registry
+from qkwh.analyses.registry import Analysis
+from qkwh.compute import precompute as pre
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
@@ -108,7 +109,7 @@ def group_key_rows(k: FileData, config: RunConfig) -> Rows:
     """The rows of a GQA group's k file with the ``max_tokens_per_head`` cap applied, for
     :func:`head_data`: the heads built on them hold the very same key arrays (capping them again
     per head keeps them as they are), so they can share what is computed from the keys alone
-    (:class:`qkwh.compute.registry.KeyCache`)."""
+    (:class:`qkwh.compute.precompute.KeyCache`)."""
     rows = _rows(k)
     return _take(rows, cap_rows(len(rows[1]), config.max_tokens_per_head, config.seed))
 
@@ -121,15 +122,16 @@ def head_data(unit: HeadUnit, q: FileData, k: FileData | Rows, config: RunConfig
 
 
 def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig, *,
-                 keys: registry.KeyCache | None = None) -> dict[str, AnalysisResult]:
+                 keys: pre.KeyCache | None = None) -> dict[str, AnalysisResult]:
     """Run ``analyses`` (registered names or declarations) on one head.
 
-    The per-head precomputations they declare (:func:`qkwh.compute.registry.precompute`) are
+    The per-head precomputations they declare (:func:`qkwh.compute.precompute.precompute`) are
     built once and shared; with ``keys``, those of the key rows come from (and go to) that cache.
     """
     todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)
-    shared = registry.precompute(head, todo, keys=keys)
-    return {a.name: a.run(head, config.params_of(a.name), seed=config.seed, shared=shared) for a in todo}
+    shared = pre.precompute(head, todo, keys=keys)
+    return {a.name: pre.run_function(a)(head, config.params_of(a.name), seed=config.seed, shared=shared)
+            for a in todo}
 
 
 def run_group(task: GroupTask) -> list[HeadOutcome]:
@@ -152,7 +154,7 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
     declared = {a.name: a for a in task.declarations}
     config_ids = dict(task.config_ids)
     k_rows = group_key_rows(read_file(task.heads[0].k_path), task.config)
-    keys = registry.KeyCache()  # what the heads of the group compute from the keys alone
+    keys = pre.KeyCache()  # what the heads of the group compute from the keys alone
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:

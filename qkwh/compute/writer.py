@@ -27,7 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from qkwh import store
-from qkwh.compute import registry
+from qkwh.analyses import registry
 from qkwh.compute.work import HeadOutcome
 from qkwh.errors import InputError, QkwhError
 from qkwh.params import RunConfig

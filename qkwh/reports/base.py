@@ -272,7 +272,6 @@ FAMILY_COLORS = {
 _EXTRA_COLORS = ["#eeca3b", "#ff9da6", "#bab0ac", "#439894", "#d67195", "#83bcb6"]
 
 # Q and K everywhere: blue queries, orange-red keys.
-KIND_COLORS = {"Q": "#2f6db5", "K": "#d9480f"}
 KIND_SCHEMES = {"Q": "blues", "K": "oranges"}
 
 TAXONOMY_COLORS = {
@@ -289,12 +288,6 @@ TAXONOMY_LABELS = {
     "mixed": "mixed",
     "content_focused": "content-focused",
 }
-
-
-def family_scale(families: Sequence[str]) -> alt.Scale:
-    extra = iter(_EXTRA_COLORS * 4)
-    rng = [FAMILY_COLORS.get(f) or next(extra) for f in families]
-    return alt.Scale(domain=list(families), range=rng)
 
 
 def _hex(rgb: tuple[float, float, float]) -> str:
@@ -413,10 +406,3 @@ def token_axis(**kw: Any) -> alt.Axis:
 
 def head_label(layer: int, q_head: int) -> str:
     return f"L{layer}H{q_head}"
-
-
-def fmt_tokens(n: float) -> str:
-    """8192 -> '8K', 131072 -> '128K' (binary K as the context-length convention)."""
-    if n >= 1024 and n % 1024 == 0:
-        return f"{int(n) // 1024}K"
-    return f"{int(n)}"

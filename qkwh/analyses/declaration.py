@@ -1,0 +1,183 @@
+"""What an analysis declaration is made of: :class:`Analysis`, :class:`Table`, :class:`Column`.
+
+Pure data: no numpy, no DuckDB, no import of compute, store or the CLI.  The declarations of the
+built-in analyses are in :mod:`qkwh.analyses.declared`; :mod:`qkwh.analyses.registry` holds the
+registered ones, and every other part of qkwh reads them from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: the columns of the head key every result table starts with, and the run's parameter set
+HEAD_KEY: tuple[str, ...] = ("model_id", "layer", "q_head", "k_head")
+CONFIG_COLUMN = "config_id"
+#: tables and views of the warehouse that no analysis may claim (catalog and bookkeeping)
+RESERVED_TABLES = frozenset({"models", "files", "heads", "ingest_findings", "run_config", "head_runs",
+                             "current_config", "mart_builds", "vectors"})
+#: the per-head precomputations an analysis may ask for in ``Analysis.shared`` (built by
+#: :mod:`qkwh.compute.precompute`, once per head for every analysis that asks)
+SHARED: tuple[str, ...] = ("query_moments", "key_moments", "moments", "key_layout")
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+_TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\[\])?\Z")
+_FLOATS = ("DOUBLE", "FLOAT", "REAL")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of an output table (besides the head key and ``config_id``).
+
+    ``type``: its DuckDB type; ``unit``: ``"1"`` for dimensionless numbers, ``"tokens"``,
+    ``"vector units"`` (the units of the stored q/k components), ... or ``""`` for labels and
+    flags; ``description``: one line.  ``head_metric``: the dbt mart ``head_metrics`` carries it
+    as a head-level scalar.  ``null_as``: the SQL literal the dbt staging view puts in place of
+    NULL (default: NULL stays NULL).
+    """
+
+    name: str
+    type: str
+    unit: str = ""
+    description: str = ""
+    head_metric: bool = False
+    null_as: str | None = None
+
+    @property
+    def is_float(self) -> bool:
+        return self.type in _FLOATS
+
+
+def _as_column(c: Column | tuple[str, str]) -> Column:
+    return c if isinstance(c, Column) else Column(*c)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One output table of an analysis.
+
+    ``key``: the columns that identify a row within a head (besides the head and ``config_id``);
+    ``()`` means one row per head.  ``columns``: every column besides the head key and
+    ``config_id``, in table order (the key columns first; ``(name, type)`` pairs are accepted and
+    read as undescribed columns).  ``grain``: what one row is, in words.  ``field``: the name of
+    the list field that carries this table's rows in the analysis' SQL function (default: the
+    table name); the one-row-per-head table's columns are the function's top-level fields.
+    ``staged``: dbt gets a staging view ``stg_<name>`` of it (False for tables of vectors, which
+    the reports read directly).
+    """
+
+    name: str
+    key: tuple[str, ...] = ()
+    columns: tuple[Column, ...] = ()
+    field: str | None = None
+    grain: str = ""
+    description: str = ""
+    staged: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "columns", tuple(_as_column(c) for c in self.columns))
+        object.__setattr__(self, "key", tuple(self.key))
+
+    @property
+    def per_head(self) -> bool:
+        return not self.key
+
+    @property
+    def udf_field(self) -> str:
+        return self.field or self.name
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def full_key(self) -> tuple[str, ...]:
+        """The columns that identify a row: the head, ``config_id``, then :attr:`key`."""
+        return (*HEAD_KEY[:3], CONFIG_COLUMN, *self.key)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The declaration of one analysis.
+
+    ``run``: its pure function ``run(head, params, *, seed, shared)``, as ``"module:function"``
+    (so the declaration imports nothing; compute resolves it) or as the callable itself;
+    ``params``: its parameter class, a frozen dataclass whose defaults are the analysis's
+    defaults; ``tables``: its output tables (at most one with one row per head); ``shared``:
+    the per-head precomputations it reads (names of :data:`SHARED`); ``code``: extra source
+    files (absolute paths) hashed into its code version; ``title``: one line for the docs;
+    ``doc``: its page under ``docs/metrics/`` (empty when it has none).
+    """
+
+    name: str
+    run: str | Callable[..., Any]
+    params: type
+    tables: tuple[Table, ...]
+    shared: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
+    title: str = ""
+    doc: str = ""
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tables)
+
+    @property
+    def udf_name(self) -> str:
+        return f"qkwh_{self.name}"
+
+    @property
+    def head_table(self) -> Table | None:
+        """The table with one row per head (None when it has none)."""
+        return next((t for t in self.tables if t.per_head), None)
+
+    @property
+    def head_metrics(self) -> tuple[str, ...]:
+        """Columns of its tables that the mart ``head_metrics`` carries as head-level scalars."""
+        return tuple(c.name for t in self.tables for c in t.columns if c.head_metric)
+
+    def default_params(self) -> Any:
+        return self.params()
+
+    def check(self) -> None:
+        """Refuse a declaration the rest of qkwh could not use (raises ``ValueError``)."""
+        if not _NAME.match(self.name):
+            raise ValueError(f"analysis name {self.name!r}: use lower-case letters, digits and '_'")
+        if not (dataclasses.is_dataclass(self.params) and isinstance(self.params, type)):
+            raise ValueError(f"analysis {self.name}: params must be a dataclass type")
+        if not (callable(self.run) or (isinstance(self.run, str) and ":" in self.run)):
+            raise ValueError(f"analysis {self.name}: run must be a function or 'module:function'")
+        if not self.tables:
+            raise ValueError(f"analysis {self.name}: declares no output table")
+        if sum(t.per_head for t in self.tables) > 1:
+            raise ValueError(f"analysis {self.name}: at most one table may have one row per head")
+        unknown = [s for s in self.shared if s not in SHARED]
+        if unknown:
+            raise ValueError(f"analysis {self.name}: unknown shared precomputation(s) {unknown}; "
+                             f"known: {', '.join(SHARED)}")
+        fields = [t.udf_field for t in self.tables if not t.per_head]
+        if len(set(fields)) != len(fields):
+            raise ValueError(f"analysis {self.name}: two tables share the SQL field name")
+        reserved = set(HEAD_KEY) | {CONFIG_COLUMN}
+        for t in self.tables:
+            if not _NAME.match(t.name):
+                raise ValueError(f"analysis {self.name}: table name {t.name!r}: use lower-case letters, digits, '_'")
+            if t.name in RESERVED_TABLES:
+                raise ValueError(f"analysis {self.name}: table {t.name} is one of qkwh's own")
+            if not t.columns:
+                raise ValueError(f"table {t.name}: declares no column")
+            names = t.column_names
+            if reserved & set(names):
+                raise ValueError(f"table {t.name}: columns {sorted(reserved & set(names))} are added by qkwh")
+            if len(set(names)) != len(names):
+                raise ValueError(f"table {t.name}: a column is declared twice")
+            if not set(t.key) <= set(names):
+                raise ValueError(f"table {t.name}: key column(s) {sorted(set(t.key) - set(names))} not declared")
+            for c in t.columns:
+                if not _NAME.match(c.name.lower()) or not _TYPE.match(c.type):
+                    raise ValueError(f"table {t.name}: bad column declaration {c.name!r} {c.type!r}")
+                if c.null_as is not None and not re.fullmatch(r"true|false|-?[0-9.]+|'[a-z_]*'", c.null_as):
+                    raise ValueError(f"table {t.name}: column {c.name}: null_as must be a plain SQL literal")
