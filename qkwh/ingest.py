@@ -18,7 +18,7 @@ import duckdb
 from qkwh import store
 from qkwh.errors import InputError, QkwhError
 from qkwh.ids import check_model_id
-from qkwh.registry import ModelEntry, load_registry, match
+from qkwh.models_csv import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
 from qkwh.sniffed.validate import FileStats, Finding, check_dataset, infer_bucket_size, scan_files

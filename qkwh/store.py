@@ -99,15 +99,15 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
 # ---------------------------------------------------------------------------------------------
 
 
-def _schema_ddl(table: str, name: str) -> str:
-    """The ``CREATE TABLE`` statement of ``table``, creating it as ``name``: generated for an
-    analysis table, else the one in warehouse/schema.sql."""
+def _schema_ddl(table: str) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` statement of ``table``: generated from its declaration
+    for an analysis table, else the one in warehouse/schema.sql."""
     if table in registry.result_tables():
-        return analysis_table_ddl(registry.table(table), name)
+        return analysis_table_ddl(registry.table(table))
     m = re.search(rf"CREATE TABLE IF NOT EXISTS {re.escape(table)} \((.*?)\n\);", SCHEMA_SQL.read_text(), re.S)
     if not m:  # pragma: no cover - every migrated table is in the schema
         raise QkwhError(f"schema.sql has no table {table}")
-    return m.group(0).replace(f"CREATE TABLE IF NOT EXISTS {table} (", f"CREATE TABLE {quote_ident(name)} (", 1)
+    return m.group(0)
 
 
 def _primary_keys(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -138,7 +138,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     with transaction(con):
         for table in old:
             new = f"{table}__qkwh_migrating"
-            con.execute(_schema_ddl(table, new))
+            con.execute(re.sub(rf'^CREATE TABLE IF NOT EXISTS ("?){re.escape(table)}\1 \(',
+                               f"CREATE TABLE {quote_ident(new)} (", _schema_ddl(table), count=1, flags=re.M))
             have = {r[0] for r in con.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
                 "AND table_name = ?", [table]).fetchall()}

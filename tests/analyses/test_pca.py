@@ -13,7 +13,7 @@ from scipy import stats as sst
 from qkwh import synth
 from qkwh.analyses import pca, rotation, stats
 from qkwh.analyses.types import HeadData
-from qkwh.params import PCAParams
+from qkwh.analyses.declared.pca import PCAParams
 
 
 def _head(seed: int = 0, **kw) -> tuple[HeadData, synth.PlantedTruth]:
@@ -225,13 +225,10 @@ def test_n_components_capped_by_d_and_params() -> None:
 
 
 def test_output_contract_matches_schema_columns() -> None:
-    schema = (Path(__file__).resolve().parents[2] / "warehouse" / "schema.sql").read_text()
+    from qkwh.analyses import registry
 
     def columns(table: str) -> set[str]:
-        body = schema.split(f"CREATE TABLE IF NOT EXISTS {table} (")[1].split(");")[0]
-        body = " ".join(line.split("--")[0] for line in body.splitlines()).split("PRIMARY KEY")[0]
-        return {p.split()[0] for p in body.split(",") if p.split()} - {"model_id", "layer", "q_head", "k_head",
-                                                                         "config_id"}
+        return set(registry.table(table).column_names)
 
     tables = pca.analyse(_head(seed=10, n_q=100, n_k=100, d=12)[0]).tables
     assert set(tables["pca_components"]) == columns("pca_components")

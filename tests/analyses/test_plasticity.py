@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from qkwh.analyses import plasticity as pl
 from qkwh.analyses.types import HeadData
-from qkwh.params import PlasticityParams, pair_seed
+from qkwh.analyses.declared.plasticity import PlasticityParams
+from qkwh.params import pair_seed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -205,12 +205,10 @@ def reference(head: HeadData, cov_mode: str, eligibility: str, eps: float = 1e-1
 # output contract
 # ---------------------------------------------------------------------------------------------
 def schema_columns(table: str) -> list[str]:
-    sql = (REPO / "warehouse" / "schema.sql").read_text()
-    body = re.search(rf"CREATE TABLE IF NOT EXISTS {table} \((.*?)\n\);", sql, re.S).group(1)
-    body = re.sub(r"--[^\n]*", "", body)
-    body = re.sub(r"PRIMARY KEY\s*\([^)]*\)", "", body, flags=re.I)
-    cols = [part.split()[0] for part in body.split(",") if part.strip()]
-    return [c for c in cols if c not in ("model_id", "layer", "q_head", "k_head", "config_id")]
+    """Declared columns of ``table`` (the head key and config_id are added by qkwh)."""
+    from qkwh.analyses import registry
+
+    return list(registry.table(table).column_names)
 
 
 def test_tables_have_exactly_the_schema_columns():

@@ -13,7 +13,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 from qkwh import synth
 from qkwh.analyses import rotation, stats
 from qkwh.analyses.types import HeadData
-from qkwh.params import RotationParams
+from qkwh.analyses.declared.rotation import RotationParams
 
 L_CTX, M = 8192, 512
 
@@ -364,12 +364,10 @@ def test_invalid_input_raises_clear_errors() -> None:
 
 
 def schema_columns(table: str) -> set[str]:
-    """Columns of ``table`` in warehouse/schema.sql minus the head key and config_id."""
-    schema = (Path(__file__).resolve().parents[2] / "warehouse" / "schema.sql").read_text()
-    body = schema.split(f"CREATE TABLE IF NOT EXISTS {table} (")[1].split(");")[0]
-    body = " ".join(line.split("--")[0] for line in body.splitlines()).split("PRIMARY KEY")[0]
-    names = {part.split()[0] for part in body.split(",") if part.split()}
-    return names - {"model_id", "layer", "q_head", "k_head", "config_id"}
+    """Declared columns of ``table`` (the head key and config_id are added by qkwh)."""
+    from qkwh.analyses import registry
+
+    return set(registry.table(table).column_names)
 
 
 def test_output_contract_matches_schema_columns() -> None:

@@ -25,8 +25,9 @@ from typer.testing import CliRunner
 from qkwh import store, udf
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.cli import app
-from qkwh.compute import registry
-from qkwh.compute.registry import Analysis, Table
+from qkwh.analyses import registry
+from qkwh.analyses.registry import Analysis, Table
+from qkwh.compute import precompute
 from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
 from qkwh.ingest import ingest
@@ -311,7 +312,8 @@ def test_bad_declarations_are_refused():
         with pytest.raises(ValueError, match=message):
             registry.register(Analysis(**kwargs))
     with pytest.raises(ValueError, match="belong to pca"):
-        registry.register(Analysis(name="toy", run=toy_run, params=ToyParams, tables=(Table("pca_heads"),)))
+        registry.register(Analysis(name="toy", run=toy_run, params=ToyParams,
+                                   tables=(Table("pca_heads", columns=(("x", "DOUBLE"),)),)))
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("pca"))
     assert registry.names() == ("pca", "rotation", "plasticity")
@@ -335,7 +337,8 @@ def test_run_config_sections_follow_the_registry():
 
 def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
     from qkwh.errors import InputError
-    from qkwh.params import PCAParams, RotationParams
+    from qkwh.analyses.declared.pca import PCAParams
+    from qkwh.analyses.declared.rotation import RotationParams
 
     with pytest.raises(InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"):
         compute(tmp_path / "never-opened.duckdb", config=RunConfig(max_tokens_per_head=0))
@@ -362,13 +365,13 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
     head = HeadData(q=rng.standard_normal((n, 4)), q_pos=np.arange(n), q_example=np.zeros(n, int),
                     q_bucket=np.arange(n) // 10, k=rng.standard_normal((n, 4)), k_pos=np.arange(n),
                     k_example=np.zeros(n, int), k_bucket=np.arange(n) // 10, context_length=64, bucket_size=16)
-    shared = registry.precompute(head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity")))
+    shared = precompute.precompute(head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity")))
     assert set(shared) == {"query_moments", "key_moments", "moments", "key_layout"} and calls == ["q"]
     assert shared["moments"].query is shared["query_moments"]
     assert shared["moments"].kc is shared["key_moments"].kc
     calls.clear()
-    assert set(registry.precompute(head, (registry.get("plasticity"),))) == {"query_moments", "key_layout"}
-    assert set(registry.precompute(head, (registry.get("pca"),))) == {"query_moments", "key_moments", "moments"}
+    assert set(precompute.precompute(head, (registry.get("plasticity"),))) == {"query_moments", "key_layout"}
+    assert set(precompute.precompute(head, (registry.get("pca"),))) == {"query_moments", "key_moments", "moments"}
     assert calls == ["q", "q"]
 
 
@@ -388,9 +391,9 @@ def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
 
 def test_key_precomputations_only_read_key_rows():
     """A key-scope builder reads no query-side precomputation (its result is reused across heads)."""
-    for name in registry.KEY_SCOPE:
-        assert name in registry.PRECOMPUTE
-        assert set(registry.PRECOMPUTE_NEEDS.get(name, ())) <= registry.KEY_SCOPE, name
+    for name in precompute.KEY_SCOPE:
+        assert name in precompute.PRECOMPUTE
+        assert set(precompute.PRECOMPUTE_NEEDS.get(name, ())) <= precompute.KEY_SCOPE, name
 
 
 def test_heads_of_a_kv_group_share_the_key_precomputations(monkeypatch):
@@ -409,7 +412,7 @@ def test_heads_of_a_kv_group_share_the_key_precomputations(monkeypatch):
     alone = [run_analyses(h, every, config) for h in heads]
     assert calls == ["km", "kl"] * len(heads)
     calls.clear()
-    cache = registry.KeyCache()
+    cache = precompute.KeyCache()
     together = [run_analyses(h, every, config, keys=cache) for h in heads]
     assert calls == ["km", "kl"]
     for a, b in zip(alone, together):
@@ -427,8 +430,8 @@ def test_heads_of_a_kv_group_share_the_key_precomputations(monkeypatch):
 
 def test_shared_key_precomputations_are_read_only():
     head = _gqa_heads(1)[0]
-    shared = registry.precompute(head, tuple(registry.get(a) for a in registry.names()))
-    for name in registry.KEY_SCOPE:
+    shared = precompute.precompute(head, tuple(registry.get(a) for a in registry.names()))
+    for name in precompute.KEY_SCOPE:
         arrays = [v for v in vars(shared[name]).values() if isinstance(v, np.ndarray)]
         assert arrays, name
         for a in arrays:

@@ -17,7 +17,7 @@ from qkwh.cli import app
 from qkwh.errors import InputError
 from qkwh.ids import MAX_LENGTH, check_model_id, model_id_problem
 from qkwh.ingest import ingest
-from qkwh.registry import load_registry
+from qkwh.models_csv import load_registry
 from tests.conftest import SAMPLE, snapshot
 
 runner = CliRunner()
