@@ -268,7 +268,7 @@ def ingest(
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
         if remote:  # the vectors view reads the new hf:// files
-            from qkwh.sniffed.remote import register
+            from qkwh.sniffed.hubfs import register
 
             register(con)
         say(f"reading {len(layout.files)} files under {layout.root}")

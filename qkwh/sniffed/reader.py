@@ -79,7 +79,7 @@ def open_input(path: Path | str, content: bytes | BinaryIO | None = None) -> Pat
     if content is not None:
         return pa.BufferReader(content) if isinstance(content, (bytes, bytearray, memoryview)) else content
     if isinstance(path, str):
-        from qkwh.sniffed.remote import open_file
+        from qkwh.sniffed.hubfs import open_file
 
         return open_file(path)
     if not path.exists():
