@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from qkwh.analyses import registry as analysis_registry
 from qkwh.errors import QkwhError
 from qkwh.paths import DOCS_DIR
 
@@ -188,11 +189,11 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
 def models(warehouse: WarehouseOpt = None) -> None:
     """List the models in the warehouse with their files, heads and computed heads."""
     from qkwh import store
+    from qkwh.status import models_overview
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
-        rows = con.execute(store.load_sql("models_overview")).fetchall()
-        cols = [d[0] for d in con.description]
+        cols, rows = models_overview(con)
     finally:
         con.close()
     table = Table(*cols, title=str(store.resolve_warehouse(warehouse)))
@@ -394,7 +395,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 @_friendly
 def compute(
     model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
-    analyses: Annotated[Optional[str], typer.Option("--analyses", "-a", help="Comma-separated subset of the registered analyses (pca,rotation,plasticity; default: all).")] = None,
+    analyses: Annotated[Optional[str], typer.Option("--analyses", "-a", help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
     param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
@@ -703,19 +704,10 @@ def status(
         models, staleness = st.status(con)
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]
-        table = Table("model_id", "ingested (UTC)", "heads (analysable)", "pca", "rotation", "plasticity", "marts",
-                      title=str(store.resolve_warehouse(warehouse)))
-        for m in models:
-            cells = []
-            for analysis in ("pca", "rotation", "plasticity"):
-                sets = [s for s in m.sets if s.analysis == analysis]
-                cur = next((s for s in sets if s.is_current), None)
-                text = f"{cur.label}: {cur.n_heads}/{cur.n_analysable}" + (" PARTIAL" if cur.partial else "") \
-                    if cur else "-"
-                others = len(sets) - (1 if cur else 0)
-                cells.append(text + (f" (+{others} other set{'s' if others > 1 else ''})" if others else ""))
-            table.add_row(m.model_id, f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
-                          f"{m.n_heads} ({m.n_analysable})", *cells, m.built)
+        columns, rows = st.status_table(models)
+        table = Table(*columns, title=str(store.resolve_warehouse(warehouse)))
+        for row in rows:
+            table.add_row(*row)
         out.print(table)
         if not models:
             out.print("no models yet: `qkwh ingest SOURCE`")
@@ -1047,7 +1039,7 @@ def demo(
     rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
     out.print(f"[bold]ingest[/]  {rep.summary()}")
     crep = run_compute(wh, models=[rep.model_id])
-    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed (pca, rotation, plasticity), "
+    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
               f"{crep.n_skipped} unchanged, {len(crep.failures)} failed")
     if crep.failures:
         raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from qkwh import store
+from qkwh.analyses import registry
 from qkwh.paths import DBT_PROJECT_DIR
 from qkwh.runs import ParamSet, list_sets
 
@@ -141,3 +142,37 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
         out.append(ModelStatus(m, n_files, n_heads, n_analysable, ingested_at,
                                [s for s in sets if s.model_id == m], built))
     return out, st
+
+
+# -- the tables of `qkwh models` and `qkwh status`: one column per registered analysis ----------
+
+
+def models_overview(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tuple]]:
+    """Columns and rows of `qkwh models`: the catalog counts, then per registered analysis the
+    heads its current parameter set covers, then the warnings."""
+    cur = con.execute(store.load_sql("models_overview"))
+    cols = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    done = {(m, a): n for m, a, n in con.execute(store.load_sql("models_computed")).fetchall()}
+    names = registry.names()
+    at = cols.index("warnings")
+    out = [(*r[:at], *(done.get((r[0], a), 0) for a in names), *r[at:]) for r in rows]
+    return [*cols[:at], *names, *cols[at:]], out
+
+
+def _sets_cell(sets: list[ParamSet]) -> str:
+    cur = next((s for s in sets if s.is_current), None)
+    text = f"{cur.label}: {cur.n_heads}/{cur.n_analysable}" + (" PARTIAL" if cur.partial else "") if cur else "-"
+    others = len(sets) - (1 if cur else 0)
+    return text + (f" (+{others} other set{'s' if others > 1 else ''})" if others else "")
+
+
+def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of `qkwh status`: per registered analysis, its current parameter set's
+    heads of the analysable heads (and how many other sets are held)."""
+    names = registry.names()
+    rows = [[m.model_id, f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
+             f"{m.n_heads} ({m.n_analysable})",
+             *(_sets_cell([s for s in m.sets if s.analysis == a]) for a in names), m.built]
+            for m in models]
+    return ["model_id", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows

@@ -1,5 +1,6 @@
--- `qkwh models`: one line per model with catalog counts and how many heads each analysis covers
--- (in its current parameter set; `qkwh runs` lists every set).
+-- `qkwh models`: one line per model with catalog counts.  The per-analysis columns (heads each
+-- registered analysis covers in its current parameter set, from qkwh/sql/models_computed.sql)
+-- are inserted before `warnings` by qkwh.status.models_overview.
 SELECT m.model_id,
        m.family,
        m.source_kind AS source,
@@ -10,12 +11,6 @@ SELECT m.model_id,
        m.head_dim AS d,
        m.context_length AS l_ctx,
        m.bucket_size AS bucket,
-       (SELECT count(*) FROM pca_heads r JOIN current_config c ON c.model_id = r.model_id AND c.analysis = 'pca'
-        AND c.config_id = r.config_id WHERE r.model_id = m.model_id) AS pca,
-       (SELECT count(*) FROM rotation_heads r JOIN current_config c ON c.model_id = r.model_id AND c.analysis = 'rotation'
-        AND c.config_id = r.config_id WHERE r.model_id = m.model_id) AS rotation,
-       (SELECT count(*) FROM plasticity_heads r JOIN current_config c ON c.model_id = r.model_id AND c.analysis = 'plasticity'
-        AND c.config_id = r.config_id WHERE r.model_id = m.model_id) AS plasticity,
        (SELECT count(*) FROM ingest_findings f WHERE f.model_id = m.model_id AND f.severity <> 'info') AS warnings
 FROM models AS m
 ORDER BY m.model_id
