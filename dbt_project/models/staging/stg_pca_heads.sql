@@ -1,7 +1,5 @@
--- Combined Q/K PCA per head; non-finite doubles become NULL.
-{%- set doubles = ['ev0', 'ev1', 'r_q0', 'r_k0', 'pos_var_q_thesis', 'pos_var_k_thesis',
-                   'pc0_share_pos_q', 'pc0_share_pos_k', 'pos_var_q_exact', 'pos_var_k_exact',
-                   'qk_sep_pc0', 'fisher_pc0', 'qk_acc_pc01'] %}
+-- Combined Q/K PCA per head; the taxonomy class is derived by dbt (head_taxonomy). Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,
@@ -11,9 +9,19 @@ select
     n_q,
     n_k,
     d,
-    {%- for c in doubles %}
-    {{ finite(c) }} as {{ c }},
-    {%- endfor %}
+    {{ finite('ev0') }} as ev0,
+    {{ finite('ev1') }} as ev1,
+    {{ finite('r_q0') }} as r_q0,
+    {{ finite('r_k0') }} as r_k0,
+    {{ finite('pos_var_q_thesis') }} as pos_var_q_thesis,
+    {{ finite('pos_var_k_thesis') }} as pos_var_k_thesis,
+    {{ finite('pc0_share_pos_q') }} as pc0_share_pos_q,
+    {{ finite('pc0_share_pos_k') }} as pc0_share_pos_k,
+    {{ finite('pos_var_q_exact') }} as pos_var_q_exact,
+    {{ finite('pos_var_k_exact') }} as pos_var_k_exact,
+    {{ finite('qk_sep_pc0') }} as qk_sep_pc0,
+    {{ finite('fisher_pc0') }} as fisher_pc0,
+    {{ finite('qk_acc_pc01') }} as qk_acc_pc01,
     config_id
 from {{ source('qkwh', 'pca_heads') }} as t
 where {{ is_current_config('t', 'pca') }}

@@ -1,4 +1,5 @@
--- Attention plasticity per head and query bucket; NaN AP (no admissible pairs) becomes NULL.
+-- Attention plasticity per head and query bucket. Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,

@@ -1,4 +1,5 @@
--- Positional component weights per head and head dimension (queries only, original basis).
+-- Positional component weights of the query regression per head dimension. Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,

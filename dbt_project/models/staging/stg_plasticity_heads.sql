@@ -1,10 +1,5 @@
--- Attention plasticity per head (query diagnostics and the positional model); non-finite
--- doubles -> NULL.  Head aggregates of the buckets are derived in int_head_plasticity.
-{%- set doubles = ['q_R2_pos', 'q_beta_norm', 'q_R2_scalar', 'q_mae_baseline', 'q_mae_proj',
-                   'q_mae_ratio', 'q_resid0_skew', 'q_resid0_kurt', 'q_resid0_ks_p',
-                   'q_noise_med_abs_skew', 'q_noise_med_abs_kurt', 'q_noise_med_ks_p',
-                   'q_noise_frac_ks_p_lt_alpha', 'alpha_pos', 'beta_pos',
-                   'sigma2_pos'] %}
+-- Query diagnostics and the positional model per head; head-level plasticity (ap_overall, deciles, ap_drop) is derived by dbt from plasticity_buckets. Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,
@@ -14,9 +9,22 @@ select
     n_q,
     n_k,
     d,
-    {%- for c in doubles %}
-    {{ finite(c) }} as {{ c }},
-    {%- endfor %}
+    {{ finite('q_R2_pos') }} as q_R2_pos,
+    {{ finite('q_beta_norm') }} as q_beta_norm,
+    {{ finite('q_R2_scalar') }} as q_R2_scalar,
+    {{ finite('q_mae_baseline') }} as q_mae_baseline,
+    {{ finite('q_mae_proj') }} as q_mae_proj,
+    {{ finite('q_mae_ratio') }} as q_mae_ratio,
+    {{ finite('q_resid0_skew') }} as q_resid0_skew,
+    {{ finite('q_resid0_kurt') }} as q_resid0_kurt,
+    {{ finite('q_resid0_ks_p') }} as q_resid0_ks_p,
+    {{ finite('q_noise_med_abs_skew') }} as q_noise_med_abs_skew,
+    {{ finite('q_noise_med_abs_kurt') }} as q_noise_med_abs_kurt,
+    {{ finite('q_noise_med_ks_p') }} as q_noise_med_ks_p,
+    {{ finite('q_noise_frac_ks_p_lt_alpha') }} as q_noise_frac_ks_p_lt_alpha,
+    {{ finite('alpha_pos') }} as alpha_pos,
+    {{ finite('beta_pos') }} as beta_pos,
+    {{ finite('sigma2_pos') }} as sigma2_pos,
     seed_used,
     context_length,
     cov_mode,

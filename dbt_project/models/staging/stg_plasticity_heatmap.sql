@@ -1,4 +1,5 @@
--- Plasticity heatmap accumulators per head, q-bucket and (dx_bin, dm_bin).
+-- Pair-plasticity heatmap accumulators per head, query bucket and distance bins. Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,

@@ -1,9 +1,5 @@
--- Planar rotation per head; non-finite doubles (degenerate heads: NaN) become NULL.
-{%- set doubles = ['position_r', 'r_q_a', 'r_k_a', 'alpha_q', 'alpha_k', 'intercept_q_a',
-                   'intercept_k_a', 'mu_q_a', 'mu_k_a', 'mu_q_b', 'mu_k_b', 'bias_strength',
-                   'bias_strength_ctx', 'slope_ratio_kq', 'separation_strength', 'var_frac_a',
-                   'var_frac_b', 'plane_var_fraction', 'content_var_b', 'content_var_b_frac',
-                   'residual_pos_r', 'omega', 'omega_r_squared', 'active_var_frac', 'cos_b_bc'] %}
+-- Planar rotation {a, b} metrics per head; NaN for a degenerate head. Non-finite doubles become NULL.
+-- Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit.
 select
     model_id,
     layer,
@@ -16,10 +12,32 @@ select
     coalesce(degenerate, false) as degenerate,
     b_mode,
     pairing,
-    {%- for c in doubles %}
-    {{ finite(c) }} as {{ c }},
-    {%- endfor %}
+    {{ finite('position_r') }} as position_r,
+    {{ finite('r_q_a') }} as r_q_a,
+    {{ finite('r_k_a') }} as r_k_a,
+    {{ finite('alpha_q') }} as alpha_q,
+    {{ finite('alpha_k') }} as alpha_k,
+    {{ finite('intercept_q_a') }} as intercept_q_a,
+    {{ finite('intercept_k_a') }} as intercept_k_a,
+    {{ finite('mu_q_a') }} as mu_q_a,
+    {{ finite('mu_k_a') }} as mu_k_a,
+    {{ finite('mu_q_b') }} as mu_q_b,
+    {{ finite('mu_k_b') }} as mu_k_b,
+    {{ finite('bias_strength') }} as bias_strength,
+    {{ finite('bias_strength_ctx') }} as bias_strength_ctx,
+    {{ finite('slope_ratio_kq') }} as slope_ratio_kq,
+    {{ finite('separation_strength') }} as separation_strength,
+    {{ finite('var_frac_a') }} as var_frac_a,
+    {{ finite('var_frac_b') }} as var_frac_b,
+    {{ finite('plane_var_fraction') }} as plane_var_fraction,
+    {{ finite('content_var_b') }} as content_var_b,
+    {{ finite('content_var_b_frac') }} as content_var_b_frac,
+    {{ finite('residual_pos_r') }} as residual_pos_r,
+    {{ finite('omega') }} as omega,
+    {{ finite('omega_r_squared') }} as omega_r_squared,
     n_active_pairs,
+    {{ finite('active_var_frac') }} as active_var_frac,
+    {{ finite('cos_b_bc') }} as cos_b_bc,
     config_id
 from {{ source('qkwh', 'rotation_heads') }} as t
 where {{ is_current_config('t', 'rotation') }}

@@ -1,0 +1,178 @@
+"""Files generated from the analysis declarations (:mod:`qkwh.analyses.registry`), checked in.
+
+* ``dbt_project/models/staging/stg_<table>.sql`` -- one staging view per staged analysis table:
+  the head, its label, the declared columns (non-finite doubles as NULL), the rows of the
+  analysis's current parameter set only;
+* the analysis part of ``dbt_project/models/staging/_sources.yml`` -- each table with its
+  description, its columns and the test of its key;
+* the analysis part of ``docs/tables.md`` -- each table's grain, key and columns with type,
+  unit and meaning.
+
+The catalog and bookkeeping parts of the two files stay hand-written above a marker line; only
+what follows it is generated.  Run ``python -m qkwh.generate`` after changing a declaration
+(``--check`` fails when a checked-in file differs: the test suite runs that check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from qkwh.analyses import registry
+from qkwh.analyses.registry import Analysis, Table
+from qkwh.paths import DBT_PROJECT_DIR, DOCS_DIR
+
+STAGING_DIR = DBT_PROJECT_DIR / "models" / "staging"
+SOURCES_YML = STAGING_DIR / "_sources.yml"
+TABLES_MD = DOCS_DIR / "tables.md"
+#: the line after which a file's generated part starts (what precedes it is written by hand)
+SOURCES_MARKER = "      # -- generated from the analysis declarations (python -m qkwh.generate); do not edit below --"
+DOCS_MARKER = "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
+DOCS_END = "<!-- end of the generated part -->"
+_HEADER = "Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit."
+
+
+def staging_name(table: Table) -> str:
+    return f"stg_{table.name}"
+
+
+def staging_sql(analysis: Analysis, table: Table) -> str:
+    """The dbt staging model of ``table``: typed columns, non-finite doubles as NULL, a head label,
+    the rows of the analysis's current parameter set."""
+    lines = [f"-- {table.description or table.name} Non-finite doubles become NULL.",
+             f"-- {_HEADER}",
+             "select",
+             "    model_id,", "    layer,", "    q_head,", "    k_head,",
+             "    {{ head_label('layer', 'q_head') }} as head_label,"]
+    for c in table.columns:
+        if c.is_float:
+            lines.append(f"    {{{{ finite('{c.name}') }}}} as {c.name},")
+        elif c.null_as is not None:
+            lines.append(f"    coalesce({c.name}, {c.null_as}) as {c.name},")
+        else:
+            lines.append(f"    {c.name},")
+    lines += ["    config_id",
+              f"from {{{{ source('qkwh', '{table.name}') }}}} as t",
+              f"where {{{{ is_current_config('t', '{analysis.name}') }}}}"]
+    return "\n".join(lines) + "\n"
+
+
+def staging_models() -> dict[str, str]:
+    """file name -> text of every generated staging model."""
+    return {f"{staging_name(t)}.sql": staging_sql(a, t)
+            for a in registry.analyses() for t in a.tables if t.staged}
+
+
+def _yaml_text(text: str) -> str:
+    """A one-line YAML scalar, quoted."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def sources_part() -> str:
+    """The analysis tables of the dbt source ``qkwh`` (indented for its ``tables:`` list)."""
+    out: list[str] = []
+    for a in registry.analyses():
+        for t in a.tables:
+            doc = f" (docs/{a.doc})" if a.doc else ""
+            grain = t.grain or "one row per head"
+            out += [f"      - name: {t.name}",
+                    f"        description: {_yaml_text(f'{t.description} Grain: {grain}{doc}.')}",
+                    "        data_tests:",
+                    "          - unique_combination:",
+                    "              arguments:",
+                    f"                columns: [{', '.join(t.full_key)}]",
+                    "        columns:"]
+            for c in t.columns:
+                unit = f" [{c.unit}]" if c.unit and c.unit != "1" else ""
+                out += [f"          - name: {c.name}",
+                        f"            description: {_yaml_text(c.description + unit)}"]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def docs_part() -> str:
+    """The per-analysis sections of docs/tables.md: every table's grain, key and columns."""
+    out: list[str] = []
+    for a in registry.analyses():
+        page = f" Definitions: [{a.doc}]({a.doc})." if a.doc else ""
+        out += [f"### Analysis `{a.name}`", "", f"{a.title or a.name}.{page} Parameters: run-config "
+                f"section `{a.name}`; SQL function `{a.udf_name}(head)`.", ""]
+        for t in a.tables:
+            key = ", ".join(f"`{k}`" for k in t.full_key)
+            out += [f"#### `{t.name}`", "",
+                    f"{t.description} Grain: {t.grain or 'one row per head'}; key: {key}.", "",
+                    "| column | type | unit | meaning |", "|---|---|---|---|"]
+            for c in t.columns:
+                flag = " (in `head_metrics`)" if c.head_metric else ""
+                unit = "–" if not c.unit else _md(c.unit)
+                out.append(f"| `{c.name}` | {c.type} | {unit} | {_md(c.description)}{flag} |")
+            out.append("")
+    return "\n".join(out)
+
+
+def _replace_after(text: str, marker: str, part: str, end: str | None = None) -> str:
+    head, found, rest = text.partition(marker + "\n")
+    if not found:
+        raise ValueError(f"marker line not found: {marker}")
+    tail = ""
+    if end is not None:
+        _, found_end, after = rest.partition(end)
+        if not found_end:
+            raise ValueError(f"end marker not found: {end}")
+        tail = end + after
+    return head + marker + "\n" + part + tail
+
+
+def expected_files() -> dict[Path, str]:
+    """path -> the text the generator writes there."""
+    files = {STAGING_DIR / name: text for name, text in staging_models().items()}
+    files[SOURCES_YML] = _replace_after(SOURCES_YML.read_text(), SOURCES_MARKER, sources_part())
+    files[TABLES_MD] = _replace_after(TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END)
+    return files
+
+
+def stale_files() -> list[str]:
+    """Generated files that are missing or differ from what the declarations give, plus generated
+    staging models of tables no analysis declares any more (repository-relative)."""
+    expected = expected_files()
+    bad = [p for p, text in expected.items() if not p.exists() or p.read_text() != text]
+    for p in sorted(STAGING_DIR.glob("stg_*.sql")):
+        if p not in expected and _HEADER in p.read_text():
+            bad.append(p)
+    return [str(p.relative_to(DBT_PROJECT_DIR.parent)) for p in bad]
+
+
+def write() -> list[str]:
+    """Write every generated file; returns those that changed."""
+    changed = stale_files()
+    expected = expected_files()
+    for p in sorted(STAGING_DIR.glob("stg_*.sql")):
+        if p not in expected and _HEADER in p.read_text():
+            p.unlink()
+    for p, text in expected.items():
+        if not p.exists() or p.read_text() != text:
+            p.write_text(text)
+    return changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qkwh.generate", description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only report files that differ (exit 1 if any)")
+    args = ap.parse_args(argv)
+    if args.check:
+        stale = stale_files()
+        for f in stale:
+            print(f"out of date: {f} (run `python -m qkwh.generate`)")
+        return 1 if stale else 0
+    for f in write():
+        print(f"wrote {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
