@@ -6,23 +6,26 @@
 * the analysis part of ``dbt_project/models/staging/_sources.yml`` -- each table with its
   description, its columns and the test of its key;
 * the analysis part of ``docs/tables.md`` -- each table's grain, key and columns with type,
-  unit and meaning.
+  unit and meaning;
+* the analysis sections of ``configs/run.yaml`` -- each parameter with its default and the
+  line of its field's ``metadata["doc"]``.
 
-The catalog and bookkeeping parts of the two files stay hand-written above a marker line; only
-what follows it is generated.  Run ``python -m qkwh.generate`` after changing a declaration
+The catalog, bookkeeping and run-wide parts of these files stay hand-written above a marker
+line; only what follows it is generated.  Run ``python -m qkwh.generate`` after changing a declaration
 (``--check`` fails when a checked-in file differs: the test suite runs that check).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis, Table
-from qkwh.paths import DBT_PROJECT_DIR, DOCS_DIR
+from qkwh.paths import DBT_PROJECT_DIR, DOCS_DIR, RUN_CONFIG_YAML
 
 STAGING_DIR = DBT_PROJECT_DIR / "models" / "staging"
 SOURCES_YML = STAGING_DIR / "_sources.yml"
@@ -31,6 +34,7 @@ TABLES_MD = DOCS_DIR / "tables.md"
 SOURCES_MARKER = "      # -- generated from the analysis declarations (python -m qkwh.generate); do not edit below --"
 DOCS_MARKER = "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
 DOCS_END = "<!-- end of the generated part -->"
+RUN_MARKER = "# -- one section per analysis, generated from its declaration (python -m qkwh.generate); do not edit below --"
 _HEADER = "Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit."
 
 
@@ -115,6 +119,25 @@ def docs_part() -> str:
     return "\n".join(out)
 
 
+def _yaml_scalar(value: object) -> str:
+    import yaml
+
+    return yaml.safe_dump(value).removesuffix("\n...\n").strip()
+
+
+def run_config_part() -> str:
+    """The analysis sections of configs/run.yaml: every parameter with its default."""
+    out: list[str] = []
+    for a in registry.analyses():
+        doc = (a.params.__doc__ or "").strip().splitlines()
+        out += ["", f"{a.name}:".ljust(29) + (f"# {doc[0]}" if doc else "").rstrip()]
+        for f in dataclasses.fields(a.params):
+            line = f"  {f.name}: {_yaml_scalar(getattr(a.default_params(), f.name))}"
+            note = f.metadata.get("doc")
+            out.append(f"{line.ljust(28)} # {note}" if note else line)
+    return "\n".join(out) + "\n"
+
+
 def _replace_after(text: str, marker: str, part: str, end: str | None = None) -> str:
     head, found, rest = text.partition(marker + "\n")
     if not found:
@@ -133,6 +156,7 @@ def expected_files() -> dict[Path, str]:
     files = {STAGING_DIR / name: text for name, text in staging_models().items()}
     files[SOURCES_YML] = _replace_after(SOURCES_YML.read_text(), SOURCES_MARKER, sources_part())
     files[TABLES_MD] = _replace_after(TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END)
+    files[RUN_CONFIG_YAML] = _replace_after(RUN_CONFIG_YAML.read_text(), RUN_MARKER, run_config_part())
     return files
 
 

@@ -9,10 +9,14 @@ from qkwh.analyses.declaration import Analysis, Column, Table
 
 @dataclass(frozen=True)
 class PCAParams:
-    """Combined Q/K PCA (docs/metrics/pca.md).  The taxonomy thresholds belong to the dbt project."""
+    """Combined Q/K PCA (docs/metrics/pca.md).
 
-    n_components: int = field(default=10, metadata={"gt": 0})  # PCA components kept
-    sign_threshold: float = field(default=0.05, metadata={"ge": 0, "le": 1})  # |r_q| below this -> the component's sign is anchored on r_k
+    The taxonomy thresholds belong to the dbt project.
+    """
+
+    n_components: int = field(default=10, metadata={"gt": 0, "doc": "PCA components kept"})
+    sign_threshold: float = field(default=0.05,
+                                  metadata={"ge": 0, "le": 1, "doc": "|r_q| below this anchors the sign on r_k"})
 
 
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:

@@ -16,16 +16,21 @@ PairsMode = Literal["sampled", "exhaustive"]
 class PlasticityParams:
     """Attention plasticity (docs/metrics/plasticity.md)."""
 
-    num_pairs_per_bucket: int = field(default=1024, metadata={"gt": 0})  # P: key pairs per query bucket
-    cov_mode: CovMode = "full"
-    eligibility: Eligibility = "position"
-    pairs: PairsMode = "sampled"
-    normality_max_dims: int = field(default=64, metadata={"gt": 0})  # dimensions the normality tests look at
-    p_alpha: float = field(default=0.01, metadata={"gt": 0, "lt": 1})  # significance level of those tests
-    eps: float = field(default=1e-12, metadata={"ge": 0})  # ridge added to per-bucket covariances
-    var_floor: float = field(default=1e-12, metadata={"ge": 0})  # floor for the pair variance v
-    orientation: bool = True  # orient the key-mean sign before counting
-    empirical: bool = False  # also count with the bucket's real queries (same pairs)
+    num_pairs_per_bucket: int = field(default=1024, metadata={"gt": 0, "doc": "P per (head, q-bucket)"})
+    cov_mode: CovMode = field(default="full", metadata={"doc": "full | diag | global_diag"})
+    eligibility: Eligibility = field(default="position",
+                                     metadata={"doc": "position (s < tau_j) | strict_bucket (c < j)"})
+    pairs: PairsMode = field(default="sampled",
+                             metadata={"doc": "sampled | exhaustive (exact expectation, no sampling noise)"})
+    normality_max_dims: int = field(default=64,
+                                    metadata={"gt": 0, "doc": "dimensions the normality tests look at"})
+    p_alpha: float = field(default=0.01,
+                           metadata={"gt": 0, "lt": 1, "doc": "significance level of those tests"})
+    eps: float = field(default=1e-12, metadata={"ge": 0, "doc": "ridge added to per-bucket covariances"})
+    var_floor: float = field(default=1e-12, metadata={"ge": 0, "doc": "floor of the pair variance v"})
+    orientation: bool = field(default=True, metadata={"doc": "orient the key-mean sign before counting"})
+    empirical: bool = field(default=False,
+                            metadata={"doc": "also count plasticity with the bucket's real queries (no Gaussian)"})
 
 
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:

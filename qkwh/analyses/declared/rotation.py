@@ -15,11 +15,14 @@ Pairing = Literal["independent", "same_example_nearest", "row_order"]
 class RotationParams:
     """Planar rotation model (docs/metrics/rotation.md)."""
 
-    b_mode: BMode = "eig"  # which b the b-metrics use; both axes are always stored
-    pairing: Pairing = "independent"  # how delta = q - k is paired
-    t_active: float = field(default=0.3, metadata={"ge": 0, "le": 1})  # threshold on angle_r_circ_pm (in [0, 1]) for an "active" complement pair
-    max_pairs: int = field(default=30, metadata={"gt": 0})  # complement SVD pairs
-    omega_grid: int = field(default=512, metadata={"gt": 0})  # log-spaced omega grid size
+    b_mode: BMode = field(default="eig",
+                          metadata={"doc": "eig (seeds) | centroid (thesis); both axes are stored"})
+    pairing: Pairing = field(default="independent",
+                             metadata={"doc": "independent | same_example_nearest | row_order"})
+    t_active: float = field(default=0.3,
+                            metadata={"ge": 0, "le": 1, "doc": "angle_r_circ_pm threshold of an active complement pair"})
+    max_pairs: int = field(default=30, metadata={"gt": 0, "doc": "complement SVD pairs examined"})
+    omega_grid: int = field(default=512, metadata={"gt": 0, "doc": "size of the log-spaced omega grid"})
 
 
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False,
