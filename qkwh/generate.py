@@ -34,7 +34,8 @@ TABLES_MD = DOCS_DIR / "tables.md"
 SOURCES_MARKER = "      # -- generated from the analysis declarations (python -m qkwh.generate); do not edit below --"
 DOCS_MARKER = "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
 DOCS_END = "<!-- end of the generated part -->"
-RUN_MARKER = "# -- one section per analysis, generated from its declaration (python -m qkwh.generate); do not edit below --"
+RUN_MARKER = ("# -- one section per analysis, generated from its declaration (python -m qkwh.generate); "
+              "do not edit below --")
 _HEADER = "Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit."
 
 

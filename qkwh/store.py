@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from qkwh.analyses import registry
-from qkwh.analyses.registry import CONFIG_COLUMN, HEAD_KEY, Table
+from qkwh.analyses.registry import Table
 from qkwh.columns import as_arrow
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
@@ -242,14 +242,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def analysis_table_ddl(table: Table, name: str | None = None) -> str:
-    """The ``CREATE TABLE IF NOT EXISTS`` statement of an analysis table (named ``name``, default
-    its own), from its declaration (``qkwh/sql/analysis_table.sql``): the head key, the declared
-    columns (key columns NOT NULL) and ``config_id``."""
-    if list(HEAD_KEY) != ["model_id", "layer", "q_head", "k_head"] or CONFIG_COLUMN != "config_id":
-        raise QkwhError("qkwh/sql/analysis_table.sql spells out the head key and config_id")  # pragma: no cover
+def analysis_table_ddl(table: Table) -> str:
+    """The ``CREATE TABLE IF NOT EXISTS`` statement of an analysis table, from its declaration
+    (``qkwh/sql/analysis_table.sql``): the head key, the declared columns (key columns NOT NULL)
+    and ``config_id``."""
     return load_sql("analysis_table").format(
-        table=quote_ident(name or table.name),
+        table=quote_ident(table.name),
         columns=",\n    ".join(f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in table.key else ''}"
                                for c in table.columns),
         key="".join(f", {c}" for c in table.key))

@@ -20,7 +20,8 @@ class RotationParams:
     pairing: Pairing = field(default="independent",
                              metadata={"doc": "independent | same_example_nearest | row_order"})
     t_active: float = field(default=0.3,
-                            metadata={"ge": 0, "le": 1, "doc": "angle_r_circ_pm threshold of an active complement pair"})
+                            metadata={"ge": 0, "le": 1,
+                                      "doc": "angle_r_circ_pm threshold of an active complement pair"})
     max_pairs: int = field(default=30, metadata={"gt": 0, "doc": "complement SVD pairs examined"})
     omega_grid: int = field(default=512, metadata={"gt": 0, "doc": "size of the log-spaced omega grid"})
 
@@ -35,7 +36,8 @@ ANALYSIS = Analysis(
     run="qkwh.analyses.rotation:run",
     params=RotationParams,
     shared=("moments",),
-    title="Planar rotation model: the position axis a, the query/key separation axis b and the complement's RoPE planes",
+    title=("Planar rotation model: the position axis a, the query/key separation axis b and the "
+           "complement's RoPE planes"),
     doc="metrics/rotation.md",
     tables=(
         Table("rotation_heads", grain="one row per head",
@@ -73,7 +75,8 @@ ANALYSIS = Analysis(
                   _c("var_frac_a", "DOUBLE", "1", "Var(a.x) / tr Cov(X) on the pool", head_metric=True),
                   _c("var_frac_b", "DOUBLE", "1", "Var(b.x) / tr Cov(X) on the pool", head_metric=True),
                   _c("plane_var_fraction", "DOUBLE", "1", "var_frac_a + var_frac_b", head_metric=True),
-                  _c("content_var_b", "DOUBLE", "vector units^2", "within-class spread along b: (Var(q.b) + Var(k.b)) / 2",
+                  _c("content_var_b", "DOUBLE", "vector units^2",
+                     "within-class spread along b: (Var(q.b) + Var(k.b)) / 2",
                      head_metric=True),
                   _c("content_var_b_frac", "DOUBLE", "1", "content_var_b / tr Cov(X)", head_metric=True),
                   _c("residual_pos_r", "DOUBLE", "1",
@@ -93,11 +96,13 @@ ANALYSIS = Analysis(
                   _c("pair", "INTEGER", "", "complement pair i: the directions w_2i and w_2i+1"),
                   _c("sv_var_share", "DOUBLE", "1", "the pair's share of the total complement variance"),
                   _c("angle_r", "DOUBLE", "1", "Pearson r of the pair's angle with position"),
-                  _c("angle_r_circ", "DOUBLE", "1", "how steadily the plane rotates at one rate (max over the omega grid)"),
+                  _c("angle_r_circ", "DOUBLE", "1",
+                     "how steadily the plane rotates at one rate (max over the omega grid)"),
                   _c("omega_pair", "DOUBLE", "rad/token", "the rate attaining angle_r_circ"),
                   _c("angle_r_circ_pm", "DOUBLE", "1", "angle_r_circ maximised over +omega and -omega"),
                   _c("omega_pair_pm", "DOUBLE", "rad/token", "the signed rate attaining angle_r_circ_pm"),
-                  _c("qk_acc", "DOUBLE", "1", "in-sample accuracy of a linear discriminant of queries vs keys in the plane"),
+                  _c("qk_acc", "DOUBLE", "1",
+                     "in-sample accuracy of a linear discriminant of queries vs keys in the plane"),
                   _c("active", "BOOLEAN", "", "angle_r_circ_pm >= rotation.t_active"),
               )),
         Table("rotation_axes", key=("axis",), field="axes", staged=False,
