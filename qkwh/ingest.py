@@ -17,7 +17,7 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError, QkwhError
-from qkwh.ids import check_model_id
+from qkwh.ids import case_collision, check_model_id
 from qkwh.registry import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
@@ -247,6 +247,7 @@ def ingest(
 
     An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
     anything is read or opened; an id found in the registry is checked before anything is written.
+    An id that differs only in case from one already in the warehouse is refused (exit 2).
     """
     if model_id is not None:
         check_model_id(model_id, origin="--model-id")
@@ -267,6 +268,8 @@ def ingest(
         read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
+        if model_id is not None:  # before reading anything; an id from the registry is checked below
+            _refuse_case_collision(con, model_id, source)
         if remote:  # the vectors view reads the new hf:// files
             from qkwh.sniffed.remote import register
 
@@ -276,6 +279,7 @@ def ingest(
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source, family=family, label=label)
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
+        _refuse_case_collision(con, facts.model_id, source)
         if remote:
             findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
                                     "columns only; NaN values in the vectors are not checked at ingest"))
@@ -288,6 +292,17 @@ def ingest(
                       facts=facts, findings=findings, fingerprint=fp, confirm=confirm)
     finally:
         con.close()
+
+
+def _refuse_case_collision(con: duckdb.DuckDBPyConnection, model_id: str, source: str) -> None:
+    """Raise :class:`InputError` when the warehouse holds an id that differs from ``model_id``
+    only in case (:mod:`qkwh.ids`: they would share the per-model vectors view)."""
+    other = case_collision(model_id, [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()])
+    if other is not None:
+        raise InputError(
+            f"{source}: model id {model_id!r} differs only in case from {other!r}, already in the "
+            f"warehouse (model ids are compared ignoring case); pass another --model-id, or "
+            f"re-ingest as --model-id {other}")
 
 
 @dataclass
