@@ -243,7 +243,8 @@ def ingest(
 
     ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
     ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
-    family and display name (they win over the registry).
+    family and display name (they win over the registry); None keeps those stored by the last
+    ingest of the model, blank clears them.
 
     An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
     anything is read or opened; an id found in the registry is checked before anything is written.
@@ -280,6 +281,7 @@ def ingest(
                                         registry=registry, source=source, family=family, label=label)
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
         _refuse_case_collision(con, facts.model_id, source)
+        facts, findings = _keep_names(con, facts, findings, family=family, label=label, registry=registry)
         if remote:
             findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
                                     "columns only; NaN values in the vectors are not checked at ingest"))
@@ -292,6 +294,30 @@ def ingest(
                       facts=facts, findings=findings, fingerprint=fp, confirm=confirm)
     finally:
         con.close()
+
+
+def _keep_names(con: duckdb.DuckDBPyConnection, facts: ModelFacts, findings: list[Finding], *,
+                family: str | None, label: str | None,
+                registry: dict[str, ModelEntry]) -> tuple[ModelFacts, list[Finding]]:
+    """Keep the stored family and label of a model already in the warehouse when ``--family`` /
+    ``--label`` are not given (None); given blank, they are cleared (the family falls back to
+    the registry's)."""
+    if family is not None and label is not None:
+        return facts, findings
+    row = con.execute("SELECT family, label FROM models WHERE model_id = ?", [facts.model_id]).fetchall()
+    if not row:
+        return facts, findings
+    stored_family, stored_label = row[0]
+    if family is None:
+        facts = replace(facts, family=stored_family)
+        entry = registry.get(facts.model_id) if facts.in_registry else None
+        if entry is not None and stored_family and entry.family and stored_family != entry.family:
+            findings = [*findings, Finding("warning", None, "registry_mismatch",
+                                           f"family: kept {stored_family} from the last ingest, registry says "
+                                           f"{entry.family}; `--family ''` takes the registry's")]
+    if label is None:
+        facts = replace(facts, label=stored_label)
+    return facts, findings
 
 
 def _refuse_case_collision(con: duckdb.DuckDBPyConnection, model_id: str, source: str) -> None:
