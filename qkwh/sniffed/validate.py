@@ -174,10 +174,6 @@ def check_dataset(
                 f"{strategy} buckets of {bucket_size} tokens (first: position {int(s.position[i])} "
                 f"has bucket {int(s.bucket[i])}, expected {int(exp[i])})"
             )
-        beyond = int((s.position >= context_length).sum())
-        if beyond:
-            findings.append(Finding("warning", path, "position_range",
-                                    f"{beyond} row(s) at position >= context length {context_length}"))
         if int((s.position < 0).sum()):
             raise InputError(f"{path}: {int((s.position < 0).sum())} row(s) have a negative position")
         real_sw = [v for v in s.sliding_window_values if v is not None]
@@ -187,6 +183,18 @@ def check_dataset(
                                     f"{list(s.sliding_window_values)}; the first non-null one is used"))
         elif real_sw:
             findings.append(Finding("info", path, "sliding_window", f"sliding window of {real_sw[0]} tokens"))
+
+    # positions the analyses cannot place: relative positions are measured against the context
+    # length, so a row at or beyond it would give a bucket past the end of the context
+    beyond = [s for s in stats if s.rows and s.max_position is not None and s.max_position >= context_length]
+    if beyond:
+        s = beyond[0]
+        more = f"; {len(beyond) - 1} other file(s) too" if len(beyond) > 1 else ""
+        raise InputError(
+            f"{s.file.path}: {int((s.position >= context_length).sum())} row(s) at position >= the "
+            f"context length {context_length} (largest position {s.max_position}{more}); the analyses "
+            f"measure positions against the context length: correct it (configs/models.csv or the "
+            f"metadata's tokenizer_max_length) or drop those rows")
 
     # GQA pairing
     for s in stats:

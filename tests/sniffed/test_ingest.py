@@ -258,6 +258,19 @@ def test_bucket_ids_inconsistent_with_positions(db: Path, sample_copy: Path):
     assert "l20h00q/data.parquet" in line and "bucket ids inconsistent" in line
 
 
+def test_positions_beyond_the_context_length_are_refused(db: Path, sample_copy: Path):
+    """Rows at or past L_ctx cannot be placed (their bucket_frac would exceed 1 and fail every
+    model's marts at `qkwh build`): ingest refuses the folder and writes nothing."""
+    state = sample_copy / "_saver_state.json"
+    state.write_text(state.read_text().replace('"tokenizer_max_length": 8192', '"tokenizer_max_length": 4096'))
+    max_pos = max(int(pq.read_table(f, columns=["position"]).column("position").to_numpy().max())
+                  for f in sample_copy.glob("l*/data.parquet"))
+    assert max_pos >= 4096
+    line = _bad(db, sample_copy, "--model-id", "short-context")
+    assert "data.parquet" in line and "position >= the context length 4096" in line
+    assert "largest position" in line
+
+
 def test_unknown_model_without_model_id(db: Path, sample_copy: Path):
     renamed = sample_copy.parent / "some-capture"
     sample_copy.rename(renamed)
