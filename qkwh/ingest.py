@@ -284,7 +284,7 @@ def ingest(
         facts, findings = _keep_names(con, facts, findings, family=family, label=label, registry=registry)
         if remote:
             findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
-                                    "columns only; NaN values in the vectors are not checked at ingest"))
+                                    "columns only; NaN, all-zero and identical vectors are not checked at ingest"))
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
