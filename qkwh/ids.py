@@ -4,11 +4,16 @@ A model id names a model in every table, in file names of reports and exports, a
 warehouse builds (the ``vectors`` view).  So it is restricted to a safe alphabet: it starts with
 a letter or digit, continues with letters, digits, ``.``, ``_`` or ``-``, holds no ``..`` and is
 at most :data:`MAX_LENGTH` characters long.  No ``/``, quotes, whitespace or control characters.
+
+Ids are compared ignoring case (:func:`model_id_key`): DuckDB identifiers such as the per-model
+views ``vectors_<model_id>`` ignore case, and so do the file names of reports on some systems, so
+``M1`` and ``m1`` cannot both be stored (:func:`case_collision`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from qkwh.errors import InputError
 
@@ -44,3 +49,14 @@ def check_model_id(model_id: object, *, origin: str = "model id") -> str:
     if problem is not None:
         raise InputError(f"{origin} {model_id!r} {problem}; a model id may hold only {RULE}")
     return model_id  # type: ignore[return-value]
+
+
+def model_id_key(model_id: str) -> str:
+    """The form in which two model ids are compared: ids that differ only in case are one id."""
+    return model_id.lower()
+
+
+def case_collision(model_id: str, existing: Iterable[str]) -> str | None:
+    """The first id of ``existing`` (sorted) that differs from ``model_id`` only in case, else None."""
+    key = model_id_key(model_id)
+    return next((m for m in sorted(existing) if m != model_id and model_id_key(m) == key), None)

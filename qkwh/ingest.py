@@ -17,7 +17,7 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError, QkwhError
-from qkwh.ids import check_model_id
+from qkwh.ids import case_collision, check_model_id
 from qkwh.models_csv import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
 from qkwh.sniffed.metadata import DatasetMetadata, read_metadata
@@ -243,10 +243,12 @@ def ingest(
 
     ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
     ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
-    family and display name (they win over the registry).
+    family and display name (they win over the registry); None keeps those stored by the last
+    ingest of the model, blank clears them.
 
     An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
     anything is read or opened; an id found in the registry is checked before anything is written.
+    An id that differs only in case from one already in the warehouse is refused (exit 2).
     """
     if model_id is not None:
         check_model_id(model_id, origin="--model-id")
@@ -267,6 +269,8 @@ def ingest(
         read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
+        if model_id is not None:  # before reading anything; an id from the registry is checked below
+            _refuse_case_collision(con, model_id, source)
         if remote:  # the vectors view reads the new hf:// files
             from qkwh.sniffed.hubfs import register
 
@@ -276,9 +280,11 @@ def ingest(
         facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
                                         registry=registry, source=source, family=family, label=label)
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
+        _refuse_case_collision(con, facts.model_id, source)
+        facts, findings = _keep_names(con, facts, findings, family=family, label=label, registry=registry)
         if remote:
             findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
-                                    "columns only; NaN values in the vectors are not checked at ingest"))
+                                    "columns only; NaN, all-zero and identical vectors are not checked at ingest"))
         findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
@@ -288,6 +294,41 @@ def ingest(
                       facts=facts, findings=findings, fingerprint=fp, confirm=confirm)
     finally:
         con.close()
+
+
+def _keep_names(con: duckdb.DuckDBPyConnection, facts: ModelFacts, findings: list[Finding], *,
+                family: str | None, label: str | None,
+                registry: dict[str, ModelEntry]) -> tuple[ModelFacts, list[Finding]]:
+    """Keep the stored family and label of a model already in the warehouse when ``--family`` /
+    ``--label`` are not given (None); given blank, they are cleared (the family falls back to
+    the registry's)."""
+    if family is not None and label is not None:
+        return facts, findings
+    row = con.execute("SELECT family, label FROM models WHERE model_id = ?", [facts.model_id]).fetchall()
+    if not row:
+        return facts, findings
+    stored_family, stored_label = row[0]
+    if family is None:
+        facts = replace(facts, family=stored_family)
+        entry = registry.get(facts.model_id) if facts.in_registry else None
+        if entry is not None and stored_family and entry.family and stored_family != entry.family:
+            findings = [*findings, Finding("warning", None, "registry_mismatch",
+                                           f"family: kept {stored_family} from the last ingest, registry says "
+                                           f"{entry.family}; `--family ''` takes the registry's")]
+    if label is None:
+        facts = replace(facts, label=stored_label)
+    return facts, findings
+
+
+def _refuse_case_collision(con: duckdb.DuckDBPyConnection, model_id: str, source: str) -> None:
+    """Raise :class:`InputError` when the warehouse holds an id that differs from ``model_id``
+    only in case (:mod:`qkwh.ids`: they would share the per-model vectors view)."""
+    other = case_collision(model_id, [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()])
+    if other is not None:
+        raise InputError(
+            f"{source}: model id {model_id!r} differs only in case from {other!r}, already in the "
+            f"warehouse (model ids are compared ignoring case); pass another --model-id, or "
+            f"re-ingest as --model-id {other}")
 
 
 @dataclass

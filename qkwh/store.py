@@ -281,9 +281,24 @@ VECTORS_VIEW_PREFIX = "vectors_"  # one view per model: vectors_<model_id>
 _PRESENT = "qkwh vectors: files present"
 
 
-def vectors_view_name(model_id: str) -> str:
-    """The per-model view of ``model_id``'s vectors (``vectors_<model_id>``, quote it in SQL)."""
-    return VECTORS_VIEW_PREFIX + model_id
+def vectors_view_names(model_ids: list[str]) -> dict[str, str]:
+    """The per-model view of each model's vectors: ``vectors_<model_id>`` (quote it in SQL).
+
+    DuckDB identifiers ignore case, so ids that differ only in case (refused at ingest since,
+    but a warehouse written by an older qkwh may hold them) would share one view: each of them
+    gets ``vectors_<model_id>#<n>`` instead, n = 1, 2, ... in sorted order of the ids (``#``
+    is never in a model id, so no other model's view can have that name).
+    """
+    from qkwh.ids import model_id_key
+
+    groups: dict[str, list[str]] = {}
+    for m in sorted(set(model_ids)):
+        groups.setdefault(model_id_key(m), []).append(m)
+    names = {}
+    for ids in groups.values():
+        for n, m in enumerate(ids, 1):
+            names[m] = VECTORS_VIEW_PREFIX + m + (f"#{n}" if len(ids) > 1 else "")
+    return names
 
 
 def missing_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None,
@@ -318,8 +333,8 @@ def _vectors_state(missing: tuple[int, int, str] | None) -> str:
 
 def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = False,
                          missing: dict[str, tuple[int, int, str]] | None = None) -> None:
-    """(Re)create the per-model views ``vectors_<model_id>`` and the ``vectors`` view over them,
-    reading the parquet files in place.
+    """(Re)create the per-model views ``vectors_<model_id>`` (:func:`vectors_view_names`) and the
+    ``vectors`` view over them, reading the parquet files in place.
 
     A model whose local files are missing (``missing``; default: checked now) gets a view with no
     data that fails with one line naming the model, a missing file and the fix when a query needs
@@ -336,9 +351,14 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = Fa
         missing = missing_vector_files(con)
     kind = "TEMP VIEW" if temporary else "VIEW"
     dims = {d for _, d in models}
+    names = vectors_view_names([m for m, _ in models])
+    if not temporary:  # views of removed models, and names that changed (DuckDB ignores their case)
+        for name in _stored_vectors_views(con):
+            if name not in names.values():
+                con.execute(f"DROP VIEW IF EXISTS {quote_ident(name)}")
     for model_id, d in models:
         vtype = f"FLOAT[{d}]" if len(dims) == 1 else "FLOAT[]"
-        view = quote_ident(vectors_view_name(model_id))
+        view = quote_ident(names[model_id])
         if model_id in missing:
             body = load_sql("vectors_missing").format(
                 model_id=quote_literal(model_id), vector_type=vtype,
@@ -352,13 +372,8 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = Fa
         con.execute(f"CREATE OR REPLACE {kind} {view} AS\n{body}")
         if not temporary:
             con.execute(f"COMMENT ON VIEW {view} IS {quote_literal(_vectors_state(missing.get(model_id)))}")
-    if not temporary:  # views of removed models
-        held = {vectors_view_name(m) for m, _ in models}
-        for name in _stored_vectors_views(con):
-            if name not in held:
-                con.execute(f"DROP VIEW IF EXISTS {quote_ident(name)}")
     if models:
-        body = "\nUNION ALL\n".join(f"SELECT * FROM {quote_ident(vectors_view_name(m))}" for m, _ in models)
+        body = "\nUNION ALL\n".join(f"SELECT * FROM {quote_ident(names[m])}" for m, _ in models)
     else:
         body = load_sql("vectors_empty")
     con.execute(f"CREATE OR REPLACE {kind} vectors AS\n{body}")
@@ -389,13 +404,15 @@ def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> 
     except duckdb.CatalogException:  # not a qkwh warehouse (yet)
         return
     missing = missing_vector_files(con)
-    expected = {vectors_view_name(m): _vectors_state(missing.get(m)) for m in models}
+    expected = {name: _vectors_state(missing.get(m)) for m, name in vectors_view_names(models).items()}
     stored = _stored_vectors_views(con)
     if stored == expected and (models or "vectors" in table_names(con)):
         return
-    if read_only and not missing and all(v == _PRESENT for v in stored.values()):
-        # every file is there and no stored view says otherwise (e.g. a warehouse written before
-        # per-model views): the stored views work; the next writable connection updates them
+    if (read_only and not missing and all(v == _PRESENT for v in stored.values())
+            and stored.keys() <= expected.keys()):
+        # every file is there and no stored view says otherwise or has a name of the past (e.g. a
+        # warehouse written before per-model views): the stored views work; the next writable
+        # connection updates them
         return
     if read_only:
         rebuild_vectors_view(con, temporary=True, missing=missing)

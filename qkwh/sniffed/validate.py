@@ -52,6 +52,8 @@ class FileStats:
     bucket: np.ndarray  # int32
     example_id: np.ndarray  # int32
     n_nonfinite: int
+    n_zero_vectors: int | None = None  # rows whose vector is all zeros; None: vectors not read (remote)
+    identical_vectors: bool | None = None  # 2+ rows, all the same vector; None: vectors not read
 
     @property
     def sliding_window(self) -> int | None:
@@ -67,13 +69,21 @@ def fingerprint(content: bytes) -> str:
 def _stats(f: SniffedFile) -> FileStats:
     content = Path(f.path).read_bytes()  # one read: hashed, then decoded from memory
     data = read_file(f.path, content=content)
-    nonfinite = int(data.vectors.size - np.isfinite(data.vectors).sum()) if data.vectors.size else 0
-    return stats_of(f, data, size=len(content), fingerprint=fingerprint(content), n_nonfinite=nonfinite)
+    v = data.vectors
+    nonfinite = int(v.size - np.isfinite(v).sum()) if v.size else 0
+    n_zero = int(v.shape[0] - np.count_nonzero(v.any(axis=1))) if v.size else 0
+    # vectorized passes over the array already in memory; the full comparison only when the
+    # first two rows agree
+    identical = bool(v.shape[0] > 1 and np.array_equal(v[0], v[1]) and (v == v[0]).all())
+    return stats_of(f, data, size=len(content), fingerprint=fingerprint(content), n_nonfinite=nonfinite,
+                    n_zero_vectors=n_zero, identical_vectors=identical)
 
 
 def stats_of(f: SniffedFile, data: FileData, *, size: int, fingerprint: str, n_nonfinite: int,
-             d: int | None = None) -> FileStats:
-    """What ingest keeps of a file read by :func:`read_file` (``d`` when its vectors were not read)."""
+             d: int | None = None, n_zero_vectors: int | None = None,
+             identical_vectors: bool | None = None) -> FileStats:
+    """What ingest keeps of a file read by :func:`read_file` (``d`` when its vectors were not read;
+    ``n_zero_vectors`` and ``identical_vectors`` None then: not checked)."""
     pos = data.position
     return FileStats(
         file=f,
@@ -92,6 +102,8 @@ def stats_of(f: SniffedFile, data: FileData, *, size: int, fingerprint: str, n_n
         bucket=data.bucket.astype(np.int32),
         example_id=data.example_id.astype(np.int32),
         n_nonfinite=n_nonfinite,
+        n_zero_vectors=n_zero_vectors,
+        identical_vectors=identical_vectors,
     )
 
 
@@ -113,6 +125,22 @@ def expected_bucket(position: np.ndarray, bucket_size: int, strategy: str) -> np
         p = 0 if bucket_size <= 1 else math.ceil(math.log2(bucket_size))
         return np.maximum(p, np.floor(np.log2(position.astype(np.float64) + 1.0)).astype(np.int64))
     return position.astype(np.int64) // int(bucket_size)
+
+
+def duplicate_keys(example_id: np.ndarray, position: np.ndarray) -> tuple[int, tuple[int, int] | None]:
+    """Rows of a file that repeat an (example_id, position) key of an earlier row, and the smallest
+    repeated key (None when there is none).  Positions must be >= 0.  Vectorized: one pass when
+    the rows are in key order (as the sniffer writes them), else one sort."""
+    key = example_id.astype(np.int64) * (1 << 32) + position.astype(np.int64)
+    if key.size < 2 or bool((key[1:] > key[:-1]).all()):
+        return 0, None
+    key = np.sort(key)
+    dup = key[1:] == key[:-1]
+    n = int(dup.sum())
+    if not n:
+        return 0, None
+    first = int(key[1:][dup][0])
+    return n, (first >> 32, first & 0xFFFFFFFF)
 
 
 def infer_bucket_size(stats: list[FileStats]) -> int | None:
@@ -174,12 +202,21 @@ def check_dataset(
                 f"{strategy} buckets of {bucket_size} tokens (first: position {int(s.position[i])} "
                 f"has bucket {int(s.bucket[i])}, expected {int(exp[i])})"
             )
-        beyond = int((s.position >= context_length).sum())
-        if beyond:
-            findings.append(Finding("warning", path, "position_range",
-                                    f"{beyond} row(s) at position >= context length {context_length}"))
         if int((s.position < 0).sum()):
             raise InputError(f"{path}: {int((s.position < 0).sum())} row(s) have a negative position")
+        n_dup, key = duplicate_keys(s.example_id, s.position)
+        if n_dup:
+            raise InputError(
+                f"{path}: {n_dup} row(s) repeat the (example_id, position) of another row (e.g. example_id "
+                f"{key[0]}, position {key[1]}); a file holds one row per token")
+        if s.identical_vectors:
+            what = "all zero" if s.n_zero_vectors == s.rows else "the same vector"
+            raise InputError(
+                f"{path}: all {s.rows} vectors are {what}; the analyses need vectors that vary "
+                f"(a capture that recorded nothing?)")
+        if s.n_zero_vectors:
+            findings.append(Finding("warning", path, "zero_vectors",
+                                    f"{s.n_zero_vectors} of {s.rows} row(s) have an all-zero vector"))
         real_sw = [v for v in s.sliding_window_values if v is not None]
         if len(s.sliding_window_values) > 1:
             findings.append(Finding("warning", path, "sliding_window",
@@ -187,6 +224,18 @@ def check_dataset(
                                     f"{list(s.sliding_window_values)}; the first non-null one is used"))
         elif real_sw:
             findings.append(Finding("info", path, "sliding_window", f"sliding window of {real_sw[0]} tokens"))
+
+    # positions the analyses cannot place: relative positions are measured against the context
+    # length, so a row at or beyond it would give a bucket past the end of the context
+    beyond = [s for s in stats if s.rows and s.max_position is not None and s.max_position >= context_length]
+    if beyond:
+        s = beyond[0]
+        more = f"; {len(beyond) - 1} other file(s) too" if len(beyond) > 1 else ""
+        raise InputError(
+            f"{s.file.path}: {int((s.position >= context_length).sum())} row(s) at position >= the "
+            f"context length {context_length} (largest position {s.max_position}{more}); the analyses "
+            f"measure positions against the context length: correct it (configs/models.csv or the "
+            f"metadata's tokenizer_max_length) or drop those rows")
 
     # GQA pairing
     for s in stats:

@@ -258,6 +258,68 @@ def test_bucket_ids_inconsistent_with_positions(db: Path, sample_copy: Path):
     assert "l20h00q/data.parquet" in line and "bucket ids inconsistent" in line
 
 
+def test_positions_beyond_the_context_length_are_refused(db: Path, sample_copy: Path):
+    """Rows at or past L_ctx cannot be placed (their bucket_frac would exceed 1 and fail every
+    model's marts at `qkwh build`): ingest refuses the folder and writes nothing."""
+    state = sample_copy / "_saver_state.json"
+    state.write_text(state.read_text().replace('"tokenizer_max_length": 8192', '"tokenizer_max_length": 4096'))
+    max_pos = max(int(pq.read_table(f, columns=["position"]).column("position").to_numpy().max())
+                  for f in sample_copy.glob("l*/data.parquet"))
+    assert max_pos >= 4096
+    line = _bad(db, sample_copy, "--model-id", "short-context")
+    assert "data.parquet" in line and "position >= the context length 4096" in line
+    assert "largest position" in line
+
+
+def _set_vectors(t: pa.Table, vals: np.ndarray) -> pa.Table:
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(vals.astype(np.float32).ravel()), vals.shape[1])
+    return t.set_column(t.schema.get_field_index("vector"), "vector", arr)
+
+
+def _vectors(t: pa.Table) -> np.ndarray:
+    return np.asarray(t.column("vector").combine_chunks().values).reshape(t.num_rows, -1).copy()
+
+
+def test_duplicate_example_and_position_rows_are_refused(db: Path, sample_copy: Path):
+    """Two rows of one token, even with different vectors, would count that token twice."""
+    f = sample_copy / "l20h00q" / "data.parquet"
+    t = _read(f)
+    cols = {name: t.column(name).to_numpy().copy() for name in ("example_id", "position", "bucket")}
+    for c in cols.values():
+        c[7] = c[3]  # row 7 takes row 3's key (and its bucket, so that only the key is wrong)
+    for name, c in cols.items():
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(c, t.schema.field(name).type))
+    assert not np.array_equal(_vectors(t)[7], _vectors(t)[3])
+    _rewrite(f, t)
+    line = _bad(db, sample_copy)
+    assert "l20h00q/data.parquet" in line and "1 row(s) repeat the (example_id, position)" in line
+    assert f"example_id {cols['example_id'][3]}, position {cols['position'][3]}" in line
+
+
+@pytest.mark.parametrize("fill", [0.0, 0.25], ids=["all zero", "all the same"])
+def test_file_whose_vectors_are_all_identical_is_refused(db: Path, sample_copy: Path, fill: float):
+    f = sample_copy / "l15h02k" / "data.parquet"
+    t = _read(f)
+    _rewrite(f, _set_vectors(t, np.full_like(_vectors(t), fill)))
+    line = _bad(db, sample_copy)
+    what = "all zero" if fill == 0 else "the same vector"
+    assert "l15h02k/data.parquet" in line and f"all {t.num_rows} vectors are {what}" in line
+
+
+def test_a_few_zero_vectors_are_a_stored_warning(tmp_path: Path, sample_copy: Path):
+    f = sample_copy / "l15h02k" / "data.parquet"
+    t = _read(f)
+    vals = _vectors(t)
+    vals[[2, 5, 9]] = 0.0
+    _rewrite(f, _set_vectors(t, vals))
+    db = tmp_path / "wh.duckdb"
+    r = cli("ingest", str(sample_copy), "-w", str(db))
+    assert r.exit_code == 0, r.output
+    con = store.connect(db, read_only=True)
+    rows = con.execute("SELECT severity, file, detail FROM ingest_findings WHERE \"check\" = 'zero_vectors'").fetchall()
+    assert rows == [("warning", str(f), f"3 of {t.num_rows} row(s) have an all-zero vector")]
+
+
 def test_unknown_model_without_model_id(db: Path, sample_copy: Path):
     renamed = sample_copy.parent / "some-capture"
     sample_copy.rename(renamed)

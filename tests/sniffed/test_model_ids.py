@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from qkwh.cli import app
 from qkwh.errors import InputError
-from qkwh.ids import MAX_LENGTH, check_model_id, model_id_problem
+from qkwh import store
+from qkwh.ids import MAX_LENGTH, case_collision, check_model_id, model_id_key, model_id_problem
 from qkwh.ingest import ingest
 from qkwh.models_csv import load_registry
 from tests.conftest import SAMPLE, snapshot
@@ -108,3 +109,71 @@ def test_valid_explicit_id_is_stored(db: Path):
         con.close()
     assert ids == ["SmolLM2_135M.copy-1", "smollm2-135m"]
     assert n == 21_086
+
+
+# ------------------------------------------------------------------------------------------
+# ids that differ only in case: one id (DuckDB identifiers, such as the vectors views, ignore case)
+# ------------------------------------------------------------------------------------------
+
+
+def test_registry_ids_differ_in_more_than_case():
+    keys = [model_id_key(m) for m in load_registry()]
+    assert len(keys) == len(set(keys))
+
+
+def test_case_collision():
+    assert case_collision("M1", ["m2", "m1"]) == "m1"
+    assert case_collision("m1", ["m1", "m2"]) is None  # the same id is a re-ingest, not a collision
+    assert case_collision("m1", []) is None
+
+
+def test_id_differing_only_in_case_is_refused_and_writes_nothing(db: Path):
+    before = snapshot(db)
+    r = runner.invoke(app, ["ingest", str(SAMPLE), "--model-id", "SmolLM2-135M", "-w", str(db)])
+    assert r.exit_code == 2, r.output
+    msg = r.stderr.strip()
+    assert len(msg.splitlines()) == 1
+    assert "'SmolLM2-135M' differs only in case from 'smollm2-135m'" in msg
+    assert snapshot(db) == before
+
+
+def test_view_names_never_collide_ignoring_case():
+    names = store.vectors_view_names(["m1", "M1", "m2", "a-B"])
+    assert names == {"M1": "vectors_M1#1", "m1": "vectors_m1#2", "m2": "vectors_m2", "a-B": "vectors_a-B"}
+    assert len({n.lower() for n in names.values()}) == len(names)
+
+
+def _count_by_model(con, sql: str) -> dict[str, tuple]:
+    return {r[0]: tuple(r[1:]) for r in con.execute(sql).fetchall()}
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
+def test_older_warehouse_with_ids_differing_in_case_keeps_their_rows_apart(db: Path, read_only: bool):
+    """A warehouse written before the refusal may hold `M1` beside `m1`: their vectors views and
+    head_inputs must not mix rows (they used to share one view: doubled rows as `m1`, none as `M1`)."""
+    import duckdb
+
+    ingest(str(SAMPLE), warehouse=db, model_id="other")
+    con = duckdb.connect(str(db))  # what an older qkwh let through
+    for table in store.CATALOG_TABLES:
+        con.execute(f"UPDATE {table} SET model_id = 'SmolLM2-135M' WHERE model_id = 'other'")
+    con.close()
+    n = 21_086
+    con = store.connect(db, read_only=read_only)
+    try:
+        rows = _count_by_model(con, "SELECT model_id, count(*) FROM vectors GROUP BY ALL")
+        assert rows == {"smollm2-135m": (n,), "SmolLM2-135M": (n,)}
+        per_head = {}
+        for mid in ("smollm2-135m", "SmolLM2-135M"):
+            per_head[mid] = _count_by_model(
+                con, f"SELECT model_id, count(*), sum(len(q)), sum(len(k)) FROM head_inputs('{mid}') GROUP BY ALL")
+            assert set(per_head[mid]) == {mid}
+        assert per_head["smollm2-135m"]["smollm2-135m"] == per_head["SmolLM2-135M"]["SmolLM2-135M"]
+        heads = con.execute("SELECT count(*), sum(n_q), sum(n_k) FROM heads "
+                            "WHERE model_id = 'smollm2-135m' AND has_k_file").fetchone()
+        assert per_head["smollm2-135m"]["smollm2-135m"] == heads
+        for view in store.vectors_view_names(["smollm2-135m", "SmolLM2-135M"]).values():
+            assert con.execute(f"SELECT count(DISTINCT model_id), count(*) FROM {store.quote_ident(view)}"
+                               ).fetchone() == (1, n)
+    finally:
+        con.close()
