@@ -61,20 +61,6 @@
     (({{ a }}) + ({{ b }})) / 2.0
 {%- endmacro %}
 
-{#
-  True for a per-head result row whose parameter set is the one its (model, analysis) currently
-  reports (table current_config, kept by `qkwh compute`).  Every staging view over a per-head
-  table filters with it, so no mart mixes two parameter sets of one model and analysis.
-#}
-{% macro is_current_config(alias, analysis) -%}
-    exists (
-        select 1 from {{ source('qkwh', 'current_config') }} as cc
-        where cc.model_id = {{ alias }}.model_id
-          and cc.analysis = '{{ analysis }}'
-          and cc.config_id = {{ alias }}.config_id
-    )
-{%- endmacro %}
-
 {# Relative depth of a layer, layer / (num_layers - 1), and its tenth (0..9); NULL for 1 layer. #}
 {% macro depth(layer, num_layers) -%}
     case when {{ num_layers }} > 1 then {{ layer }} / ({{ num_layers }} - 1.0) end
