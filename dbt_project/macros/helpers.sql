@@ -5,12 +5,29 @@
     case when isfinite({{ expr }}) then {{ expr }} end
 {%- endmacro %}
 
+{# A SQL string literal of a project setting (single quotes doubled). #}
+{% macro sql_string(text) -%}
+    '{{ text | string | replace("'", "''") }}'
+{%- endmacro %}
+
 {# Head label used in reports and exports: layer 5, query head 3 -> 'L5H3'. #}
 {% macro head_label(layer, q_head) -%}
     ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
 {%- endmacro %}
 
 {# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
+
+{# The names of the head classes in display order (var taxonomy_classes: the one list). #}
+{% macro taxonomy_class_names() -%}
+    {%- set names = [] -%}
+    {%- for c in var('taxonomy_classes') -%}
+        {%- if not modules.re.match('^[a-z][a-z0-9_]*$', c['taxonomy']) -%}
+            {%- do exceptions.raise_compiler_error('taxonomy_classes: a class name must be a lower-case identifier: ' ~ c['taxonomy']) -%}
+        {%- endif -%}
+        {%- do names.append(c['taxonomy']) -%}
+    {%- endfor -%}
+    {%- do return(names) -%}
+{%- endmacro %}
 
 {#
   Five-class head taxonomy (docs/metrics/pca.md#head-taxonomy) on the canonicalised PC0 correlations: signed r_q and |r_k|,

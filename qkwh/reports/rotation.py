@@ -213,18 +213,14 @@ def slope_ratio(marts: Marts) -> Drawn:
 
 
 def depth_abs_rka(marts: Marts) -> alt.Chart:
-    rows = head_rows(marts, "abs_r_k_a")
-    return depth_heatmap(marts, rows, "abs_r_k_a", title="Key drift signal |r_k_a| by layer depth",
+    return depth_heatmap(marts, "abs_r_k_a", title="Key drift signal |r_k_a| by layer depth",
                          legend_title="mean |r_k_a| (Pearson r)", scheme="viridis", domain=[0, 1])
 
 
 def depth_bias(marts: Marts) -> alt.Chart:
-    rows = head_rows(marts, "bias_strength")
-    for r in rows:
-        r["bias_e3"] = r["bias_strength"] * 1e3
-    return depth_heatmap(marts, rows, "bias_e3", title="bias_strength by layer depth",
+    return depth_heatmap(marts, "bias_strength", title="bias_strength by layer depth",
                          legend_title="mean bias × 10³ (score/token)", scheme="purpleorange",
-                         diverging=True, fmt=".1f")
+                         diverging=True, fmt=".1f", scale=1e3)
 
 
 def _corr_line(c: dict[str, Any], who: str) -> str:
@@ -360,11 +356,11 @@ FIGURES: tuple[FigureDef, ...] = (
     FigureDef("rot-depth-abs-rka", SECTION, "Layer-depth heatmap of |r_k_a|",
               "Mean |r_k_a| per model and relative depth (qk-rotation/06, left); cells are means "
               "over the heads of a depth bin, drawn without an interval.",
-              (HEAD_MART,), depth_abs_rka),
+              ("depth_profile",), depth_abs_rka),
     FigureDef("rot-depth-bias", SECTION, "Layer-depth heatmap of bias_strength",
               "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right); cells "
               "are means over the heads of a depth bin, drawn without an interval.",
-              (HEAD_MART,), depth_bias),
+              ("depth_profile",), depth_bias),
     FigureDef("rot-bias-vs-separation", SECTION, "bias_strength vs separation_strength",
               "Per-head scatter with within-model fits and Pearson r with intervals (Simpson's "
               "paradox, qk-rotation/07).", (HEAD_MART, "family_correlations"), bias_vs_separation),
