@@ -87,7 +87,7 @@ MARTS: frozenset[str] = frozenset({
     "plasticity_buckets_gap", "component_weights_model", "bias_decomposition",
     "training_trajectory", "layer_profile", "family_correlations", "benchmark_joins",
     "benchmark_correlations", "published_comparison", "taxonomy_classes", "depth_profile",
-    "benchmark_fits",
+    "benchmark_fits", "head_metric_fits",
 })
 
 # The report's model order: families together, checkpoints in training order, then size and id.
