@@ -1,7 +1,8 @@
 """Write warehouse tables, views and marts to files: ``qkwh export``.
 
-``export()`` writes any relation of the warehouse's ``main`` schema (source tables, staging
-views, marts) to one parquet or CSV file per name.  ``export_legacy()`` writes the per-head files
+``export()`` writes any relation of the warehouse (source tables and marts in ``main``, dbt's
+staging views and intermediate tables in the schemas ``staging`` and ``intermediate``) to one
+parquet or CSV file per name.  ``export_legacy()`` writes the per-head files
 under the names and column names older tools read, so existing notebooks keep
 working.  Both stream through DuckDB's COPY; the only identifiers placed in SQL are relation
 names that were first looked up in ``information_schema``, and file paths travel as parameters.
@@ -20,6 +21,7 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError, NotFoundError
+from qkwh.paths import DBT_PROJECT_DIR
 
 Format = Literal["parquet", "csv"]
 ConOrPath = duckdb.DuckDBPyConnection | str | os.PathLike[str]
@@ -40,7 +42,8 @@ def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> 
     """Write tables, views or marts to OUT, one file per NAME (NAME.parquet or NAME.csv).
 
     NAME is any table or view of the warehouse: a mart (model_summary, head_metrics, ...),
-    a staging view (stg_*) or a source table (plasticity_buckets, ...).  Unknown names are
+    a source table (plasticity_buckets, ...), or a staging view / intermediate table
+    (stg_*, int_*, optionally written staging.stg_* / intermediate.int_*).  Unknown names are
     reported with the closest existing ones and nothing is written.  Returns the files written.
     """
     if fmt not in _COPY_OPTIONS:
@@ -52,10 +55,10 @@ def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> 
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         written = []
-        for name in relations:
+        for schema, name in relations:
             path = out / f"{name}.{fmt}"
             sql = (
-                f"COPY (SELECT * FROM main.{store.quote_ident(name)}) TO $1 {_COPY_OPTIONS[fmt]}"
+                f"COPY (SELECT * FROM {schema}.{store.quote_ident(name)}) TO $1 {_COPY_OPTIONS[fmt]}"
             )
             con.execute(sql, [str(path)])
             written.append(path)
@@ -81,10 +84,24 @@ def export_legacy(con_or_path: ConOrPath, out: Path, model_id: str | None = None
         written = []
         for filename, sql_name in LEGACY_FILES.items():
             path = out / filename
-            query = store.load_sql(sql_name).strip().rstrip(";")
+            query = legacy_sql(sql_name).strip().rstrip(";")
             con.execute(f"COPY (\n{query}\n) TO $2 {_COPY_OPTIONS['csv']}", [model_id, str(path)])
             written.append(path)
         return written
+
+
+def legacy_sql(sql_name: str) -> str:
+    """The query of one legacy file: ``qkwh/sql/<sql_name>.sql`` rendered with the dbt macro
+    ``is_current_config`` (``dbt_project/macros/current_config.sql``), so the rule "the parameter
+    set the marts report" has one definition, shared with the dbt staging views."""
+    import jinja2  # a dependency of dbt-core
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    # in dbt, source('qkwh', t) is the warehouse table t of schema main
+    env.globals["source"] = lambda _source, table: f"main.{store.quote_ident(table)}"
+    macros = env.from_string((DBT_PROJECT_DIR / "macros" / "current_config.sql").read_text()).module
+    return env.from_string(store.load_sql(sql_name)).render(
+        is_current_config=macros.is_current_config)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------
@@ -102,19 +119,38 @@ def _connection(con_or_path: ConOrPath) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
-def _resolve_names(con: duckdb.DuckDBPyConnection, names: list[str]) -> list[str]:
-    """Map requested names to relation names of `main` (exact, else case-insensitive)."""
+# dbt's own layers, exported by name too (a name of main wins)
+_LAYER_SCHEMAS = ("staging", "intermediate")
+
+
+def _resolve_names(con: duckdb.DuckDBPyConnection, names: list[str]) -> list[tuple[str, str]]:
+    """Map requested names to (schema, relation) pairs: a relation of `main` (exact, else
+    case-insensitive), else a staging view or intermediate table (bare or schema-qualified)."""
     available = store.table_names(con)
-    by_lower: dict[str, list[str]] = {}
+    layer = dict(
+        (f"{schema}.{name}", (schema, name))
+        for schema, name in con.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_catalog = current_database() AND table_schema IN (?, ?) ORDER BY 2",
+            list(_LAYER_SCHEMAS),
+        ).fetchall()
+    )
+    for schema, name in list(layer.values()):
+        layer.setdefault(name, (schema, name))
+    by_lower: dict[str, list[tuple[str, str]]] = {}
     for name in available:
-        by_lower.setdefault(name.lower(), []).append(name)
-    resolved: list[str] = []
+        by_lower.setdefault(name.lower(), []).append(("main", name))
+    for key, rel in layer.items():
+        by_lower.setdefault(key.lower(), []).append(rel)
+    resolved: list[tuple[str, str]] = []
     unknown: list[str] = []
     for raw in names:
         name = raw.strip()
         if name in available:
-            hit = name
-        elif len(by_lower.get(name.lower(), [])) == 1:
+            hit = ("main", name)
+        elif name in layer:
+            hit = layer[name]
+        elif len(set(by_lower.get(name.lower(), []))) == 1:
             hit = by_lower[name.lower()][0]
         else:
             unknown.append(raw)

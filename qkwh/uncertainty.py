@@ -4,8 +4,10 @@ Pure numpy / scipy functions (no I/O, no DuckDB): the dbt models ``family_correl
 ``benchmark_correlations`` load their rows, call these and write the results.  Every function
 accumulates in float64 and takes an explicit random generator where it draws.
 
-Pearson r is NaN (reported as NULL) below ``min_n`` complete pairs or when a side has zero
-variance; r is rounded to 12 decimals so that summation order never shows.
+Pearson r and its p-value come from :mod:`qkwh.analyses.correlation` (the one implementation,
+with its constant-input rule): here r is NaN (reported as NULL) below ``min_n`` complete pairs
+or when a side is constant (``if_constant=nan``), and rounded to 12 decimals so that summation
+order never shows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+
+from qkwh.analyses.correlation import pearson_pvalue, weighted_pearson
 
 
 def stable_hash(text: str) -> int:
@@ -28,41 +32,11 @@ def stream(seed: int, key: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), stable_hash(key)])
 
 
-def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int = 3) -> np.ndarray:
-    """Pearson r of x and y under each row of weights ``w``.
-
-    x, y: (n,) float64 without NaN, or (R, n) for one sample per row; w: (R, n) non-negative
-    weights (integer multiplicities in a bootstrap, all ones for the plain r).  Returns (R,)
-    float64: NaN where fewer than ``min_n`` points have positive weight or a side has zero
-    weighted variance.
-    """
-    w = np.atleast_2d(np.asarray(w, np.float64))
-    x = np.broadcast_to(np.asarray(x, np.float64), w.shape)
-    y = np.broadcast_to(np.asarray(y, np.float64), w.shape)
-    sw = w.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mx = (w * x).sum(axis=1) / sw
-        my = (w * y).sum(axis=1) / sw
-        dx = x - mx[:, None]
-        dy = y - my[:, None]
-        sxx = (w * dx * dx).sum(axis=1)
-        syy = (w * dy * dy).sum(axis=1)
-        sxy = (w * dx * dy).sum(axis=1)
-        r = sxy / np.sqrt(sxx * syy)
-        # a side whose spread is round-off of its mean counts as constant
-        tiny_x = 1e-24 * (w * x * x).sum(axis=1)
-        tiny_y = 1e-24 * (w * y * y).sum(axis=1)
-    bad = ((w > 0).sum(axis=1) < min_n) | ~(sxx > tiny_x) | ~(syy > tiny_y)
-    r = np.clip(r, -1.0, 1.0)
-    r[bad] = np.nan
-    return r
-
-
 def pearson(x: np.ndarray, y: np.ndarray, *, min_n: int = 3) -> float:
     """Plain Pearson r (NaN below ``min_n`` points or with a constant side), rounded to 12 decimals."""
     if len(x) == 0:
         return math.nan
-    r = float(weighted_pearson(x, y, np.ones((1, len(x))), min_n=min_n)[0])
+    r = float(weighted_pearson(x, y, np.ones((1, len(x))), min_n=min_n, if_constant=math.nan)[0])
     return round(r, 12) if math.isfinite(r) else math.nan
 
 
@@ -78,16 +52,6 @@ def fisher_interval(r: float, n: int, level: float) -> tuple[float, float]:
     z = math.atanh(r)
     half = stats.norm.ppf(0.5 + level / 2) / math.sqrt(n - 3)
     return math.tanh(z - half), math.tanh(z + half)
-
-
-def p_value(r: float, n: int) -> float:
-    """Two-sided p-value of H0: rho = 0 from t = r √((n−2)/(1−r²)) with n − 2 degrees of freedom."""
-    if not math.isfinite(r) or n <= 2:
-        return math.nan
-    if abs(r) >= 1.0:
-        return 0.0
-    t = r * math.sqrt((n - 2) / (1.0 - r * r))
-    return float(2.0 * stats.t.sf(abs(t), n - 2))
 
 
 def percentile_interval(values: np.ndarray, level: float) -> tuple[float, float, int]:
@@ -126,7 +90,7 @@ def correlation_with_intervals(x: np.ndarray, y: np.ndarray, boot_r: np.ndarray 
         bl, bh, nv = math.nan, math.nan, 0
     else:
         bl, bh, nv = percentile_interval(boot_r, level)
-    return CorrelationResult(n, r, fl, fh, bl, bh, nv, p_value(r, n))
+    return CorrelationResult(n, r, fl, fh, bl, bh, nv, float(pearson_pvalue(r, n)))
 
 
 def two_stage_bootstrap_r(replicates: np.ndarray, y: np.ndarray, n_boot: int,
@@ -148,6 +112,6 @@ def two_stage_bootstrap_r(replicates: np.ndarray, y: np.ndarray, n_boot: int,
     ys = np.asarray(y, np.float64)[pick]
     # a draw that repeats fewer than min_n distinct models is degenerate
     distinct = np.array([len(np.unique(row)) for row in pick])
-    out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n)
+    out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n, if_constant=math.nan)
     out[distinct < min_n] = np.nan
     return out

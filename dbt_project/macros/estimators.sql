@@ -12,6 +12,15 @@
     ]) -%}
 {%- endmacro %}
 
+{#
+  gauss_gap: the Gaussian estimate minus the empirical one (docs/metrics/plasticity.md); > 0 when
+  the Gaussian shortcut overstates plasticity.  One definition for every grain: a bucket
+  (ap_bucket), a head or a model (ap_overall -> gauss_gap, ap_drop -> gauss_gap_drop).
+#}
+{% macro gauss_gap(gaussian, empirical) -%}
+    ({{ gaussian }}) - ({{ empirical }})
+{%- endmacro %}
+
 {# Plasticity head / model columns that exist once per estimator (before the suffix). #}
 {% macro plasticity_profile_columns() -%}
     {%- set cols = ['ap_overall'] -%}

@@ -5,12 +5,29 @@
     case when isfinite({{ expr }}) then {{ expr }} end
 {%- endmacro %}
 
+{# A SQL string literal of a project setting (single quotes doubled). #}
+{% macro sql_string(text) -%}
+    '{{ text | string | replace("'", "''") }}'
+{%- endmacro %}
+
 {# Head label used in reports and exports: layer 5, query head 3 -> 'L5H3'. #}
 {% macro head_label(layer, q_head) -%}
     ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
 {%- endmacro %}
 
 {# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
+
+{# The names of the head classes in display order (var taxonomy_classes: the one list). #}
+{% macro taxonomy_class_names() -%}
+    {%- set names = [] -%}
+    {%- for c in var('taxonomy_classes') -%}
+        {%- if not modules.re.match('^[a-z][a-z0-9_]*$', c['taxonomy']) -%}
+            {%- do exceptions.raise_compiler_error('taxonomy_classes: a class name must be a lower-case identifier: ' ~ c['taxonomy']) -%}
+        {%- endif -%}
+        {%- do names.append(c['taxonomy']) -%}
+    {%- endfor -%}
+    {%- do return(names) -%}
+{%- endmacro %}
 
 {#
   Five-class head taxonomy (docs/metrics/pca.md#head-taxonomy) on the canonicalised PC0 correlations: signed r_q and |r_k|,
@@ -59,20 +76,6 @@
 {# Mean of the non-null arguments (NULL when one is missing: first/last 20 % are defined on both deciles). #}
 {% macro mean2(a, b) -%}
     (({{ a }}) + ({{ b }})) / 2.0
-{%- endmacro %}
-
-{#
-  True for a per-head result row whose parameter set is the one its (model, analysis) currently
-  reports (table current_config, kept by `qkwh compute`).  Every staging view over a per-head
-  table filters with it, so no mart mixes two parameter sets of one model and analysis.
-#}
-{% macro is_current_config(alias, analysis) -%}
-    exists (
-        select 1 from {{ source('qkwh', 'current_config') }} as cc
-        where cc.model_id = {{ alias }}.model_id
-          and cc.analysis = '{{ analysis }}'
-          and cc.config_id = {{ alias }}.config_id
-    )
 {%- endmacro %}
 
 {# Relative depth of a layer, layer / (num_layers - 1), and its tenth (0..9); NULL for 1 layer. #}

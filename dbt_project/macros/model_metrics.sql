@@ -16,7 +16,7 @@
         {%- do m.append({'metric': c, 'expr': c, 'agg': 'mean', 'grp': 'pca'}) -%}
     {%- endfor -%}
     {#- taxonomy fractions: share of heads with a class (docs/metrics/aggregation.md#taxonomy) -#}
-    {%- for t in ['position_dominated', 'q_positional', 'k_positional', 'content_focused', 'mixed'] -%}
+    {%- for t in taxonomy_class_names() -%}
         {%- do m.append({'metric': 'frac_' ~ t, 'agg': 'mean', 'grp': 'taxonomy',
                          'expr': "case when taxonomy = '" ~ t ~ "' then 1.0 when taxonomy is not null then 0.0 end"}) -%}
     {%- endfor -%}

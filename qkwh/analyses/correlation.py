@@ -1,11 +1,24 @@
-"""Pearson correlation with the zero-variance rule, its p-value, and OLS lines (float64).
+"""Pearson correlation, its p-value and OLS lines (float64): the one implementation qkwh has.
 
-* **Pearson with the zero-variance rule**: the sample correlation, defined as 0 when either input
-  has zero variance.  "Zero" is decided relative to the data's own scale (:data:`ZERO_VAR_REL`),
-  because a constant float vector centred by its rounded mean has a variance of ~1e-32 x its
-  square, not exactly 0.
-* **p-values** of a Pearson r from the t distribution with n - 2 degrees of freedom (identical to
-  ``scipy.stats.pearsonr``'s two-sided value); NaN where r is undefined (zero variance) or n < 3.
+Per-head geometry (``qkwh.analyses.pca`` / ``rotation``) and the correlation marts (``qkwh.
+uncertainty``, run by the dbt models family_correlations and benchmark_correlations) both call
+this module.
+
+**Constant input.** A side is *constant* when its variance is zero up to rounding: var <=
+:data:`ZERO_VAR_REL` squared x the mean square of its raw values (:func:`is_zero_variance`; a
+constant float vector centred by its rounded mean has a variance of ~1e-32 x its square, not
+exactly 0).  Pearson r is then undefined, and every function that returns an r takes the value
+to report in its stead as the required keyword ``if_constant``, so each caller states its rule:
+
+* ``if_constant=0.0`` for per-head geometry: a PC score or an axis that does not move with
+  position carries no linear position signal (the zero-variance rule of docs/metrics/pca.md);
+* ``if_constant=nan`` for correlations across heads or models (the marts): undefined, stored
+  as NULL next to its n.
+
+The two-sided **p-value** (:func:`pearson_pvalue`, t distribution with n - 2 degrees of freedom,
+identical to ``scipy.stats.pearsonr``'s) is NaN for n < 3 and for an undefined r (NaN); callers
+that report r = 0 for a constant side set its p-value to NaN themselves (nothing was tested).
+The OLS slope (:func:`ols_slope`) of a constant x is NaN by the same test.
 """
 
 from __future__ import annotations
@@ -14,7 +27,7 @@ import numpy as np
 from scipy import special
 
 __all__ = ["ZERO_VAR_REL", "is_zero_variance", "pearson", "pearson_cols", "pearson_from_moments",
-           "pearson_pvalue", "ols_slope"]
+           "weighted_pearson", "pearson_pvalue", "ols_slope"]
 
 #: a variance v counts as zero when v <= (ZERO_VAR_REL ** 2) * (mean square of the raw values)
 ZERO_VAR_REL: float = 1e-12
@@ -33,27 +46,29 @@ def is_zero_variance(var: np.ndarray | float, mean_square: np.ndarray | float) -
     return (var <= 0.0) | (var <= (ZERO_VAR_REL**2) * ms)
 
 
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation of two 1-D samples; 0 when either has zero variance.
+def pearson(x: np.ndarray, y: np.ndarray, *, if_constant: float) -> float:
+    """Pearson correlation of two 1-D samples; ``if_constant`` when either side is constant.
 
     Parameters
     ----------
     x, y : (n,) arrays of equal length, n >= 2 (any real dtype; computed in float64)
+    if_constant : the value reported when r is undefined (module docstring)
     """
-    return float(pearson_cols(np.asarray(x)[:, None], y)[0])
+    return float(pearson_cols(np.asarray(x)[:, None], y, if_constant=if_constant)[0])
 
 
-def pearson_cols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Pearson correlation of every column of ``x`` with ``y`` (zero-variance rule per column).
+def pearson_cols(x: np.ndarray, y: np.ndarray, *, if_constant: float) -> np.ndarray:
+    """Pearson correlation of every column of ``x`` with ``y`` (constant-input rule per column).
 
     Parameters
     ----------
     x : (n, p) array
     y : (n,) array
+    if_constant : the value reported for a column (or a ``y``) that is constant
 
     Returns
     -------
-    (p,) float64 array in [-1, 1]
+    (p,) float64 array in [-1, 1] (or ``if_constant``)
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -68,7 +83,8 @@ def pearson_cols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     syy = float(yc @ yc)
     n = x.shape[0]
     return pearson_from_moments(
-        sxy, sxx, syy, x_mean_square=np.einsum("ij,ij->j", x, x) / n, y_mean_square=float(y @ y) / n, n=n
+        sxy, sxx, syy, x_mean_square=np.einsum("ij,ij->j", x, x) / n, y_mean_square=float(y @ y) / n, n=n,
+        if_constant=if_constant,
     )
 
 
@@ -80,18 +96,58 @@ def pearson_from_moments(
     x_mean_square: np.ndarray | float,
     y_mean_square: float,
     n: int,
+    if_constant: float,
 ) -> np.ndarray:
     """Pearson r from centred sums ``sxy = Σ(x-x̄)(y-ȳ)``, ``sxx = Σ(x-x̄)²``, ``syy = Σ(y-ȳ)²``.
 
-    The mean squares of the raw values (``Σx²/n``) set the rounding scale of the zero-variance
-    rule.  Arrays broadcast; the result is clipped to [-1, 1].
+    The mean squares of the raw values (``Σx²/n``) set the rounding scale of the constant-input
+    rule; ``if_constant`` is reported where a side is constant.  Arrays broadcast; r is clipped
+    to [-1, 1].
     """
     sxy = np.asarray(sxy, dtype=np.float64)
     sxx = np.asarray(sxx, dtype=np.float64)
     zero = is_zero_variance(sxx / n, x_mean_square) | bool(is_zero_variance(syy / n, y_mean_square))
     with np.errstate(invalid="ignore", divide="ignore"):
         r = sxy / np.sqrt(np.where(zero, 1.0, sxx) * (syy if syy > 0 else 1.0))
-    return np.clip(np.where(zero, 0.0, r), -1.0, 1.0)
+    return np.where(zero, if_constant, np.clip(r, -1.0, 1.0))
+
+
+def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int,
+                     if_constant: float) -> np.ndarray:
+    """Pearson r of x and y under each row of weights ``w`` (a bootstrap's multiplicities).
+
+    Parameters
+    ----------
+    x, y : (n,) float64 without NaN, or (R, n) for one sample per row
+    w : (R, n) non-negative weights (integer multiplicities in a bootstrap, all ones for the
+        plain r)
+    min_n : fewer points with positive weight than this give NaN
+    if_constant : reported where a side is constant under the weights (module docstring; the
+        rule compares the weighted sum of squares about the mean with the raw Σw·x²)
+
+    Returns
+    -------
+    (R,) float64
+    """
+    w = np.atleast_2d(np.asarray(w, np.float64))
+    x = np.broadcast_to(np.asarray(x, np.float64), w.shape)
+    y = np.broadcast_to(np.asarray(y, np.float64), w.shape)
+    sw = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx = (w * x).sum(axis=1) / sw
+        my = (w * y).sum(axis=1) / sw
+        dx = x - mx[:, None]
+        dy = y - my[:, None]
+        sxx = (w * dx * dx).sum(axis=1)
+        syy = (w * dy * dy).sum(axis=1)
+        sxy = (w * dx * dy).sum(axis=1)
+        r = sxy / np.sqrt(sxx * syy)
+        # the rule on sums (both sides of var <= REL² * mean square multiplied by Σw)
+        constant = is_zero_variance(sxx, (w * x * x).sum(axis=1)) | is_zero_variance(syy, (w * y * y).sum(axis=1))
+    r = np.clip(r, -1.0, 1.0)
+    r[constant] = if_constant
+    r[(w > 0).sum(axis=1) < min_n] = np.nan
+    return r
 
 
 def pearson_pvalue(r: np.ndarray | float, n: int | np.ndarray) -> np.ndarray:

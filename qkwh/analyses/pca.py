@@ -119,10 +119,12 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     sq_q = np.einsum("ij,ik,kj->j", v0, mom.scatter_q, v0)  # Σ (z^Q - mean)^2, (n_pc,)
     sq_k = np.einsum("ij,ik,kj->j", v0, mom.scatter_k, v0)
     r_q_raw = stats.pearson_from_moments(
-        v0.T @ mom.cross_qt, sq_q, mom.stt, x_mean_square=mom.msq_q, y_mean_square=float(mom.t @ mom.t) / n_q, n=n_q
+        v0.T @ mom.cross_qt, sq_q, mom.stt, x_mean_square=mom.msq_q, y_mean_square=float(mom.t @ mom.t) / n_q, n=n_q,
+        if_constant=0.0,
     )
     r_k_raw = stats.pearson_from_moments(
-        v0.T @ mom.cross_ks, sq_k, mom.sss, x_mean_square=mom.msq_k, y_mean_square=float(mom.s @ mom.s) / n_k, n=n_k
+        v0.T @ mom.cross_ks, sq_k, mom.sss, x_mean_square=mom.msq_k, y_mean_square=float(mom.s @ mom.s) / n_k, n=n_k,
+        if_constant=0.0,
     )
     use_q = np.abs(r_q_raw) >= params.sign_threshold
     anchor_r = np.where(use_q, r_q_raw, r_k_raw)

@@ -319,9 +319,10 @@ def analyse(
     qa, qb = zt[0, : mom.n_q] + ya, zt[1, : mom.n_q] + yb
     ka, kb = zt[0, mom.n_q :] + ya, zt[1, mom.n_q :] + yb
     y = np.concatenate([qa, ka])
-    position_r = abs(stats.pearson(y, tau))
-    r_q_a = stats.pearson(qa, mom.t)
-    r_k_a = stats.pearson(ka, mom.s)
+    # a constant side carries no position signal: r = 0 (qkwh.analyses.correlation)
+    position_r = abs(stats.pearson(y, tau, if_constant=0.0))
+    r_q_a = stats.pearson(qa, mom.t, if_constant=0.0)
+    r_k_a = stats.pearson(ka, mom.s, if_constant=0.0)
     alpha_q, icpt_q = stats.ols_slope(mom.t, qa)
     alpha_k, icpt_k = stats.ols_slope(mom.s, ka)
     mu_q_a, mu_k_a = float(qa.mean()), float(ka.mean())
@@ -334,10 +335,10 @@ def analyse(
 
     tau_ms = float(tau @ tau) / n
     r_b = stats.pearson_from_moments(
-        float(b @ c), var_b, stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n
+        float(b @ c), var_b, stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n, if_constant=0.0
     )
     r_w = stats.pearson_from_moments(
-        w.T @ c, lam * (n - 1), stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n
+        w.T @ c, lam * (n - 1), stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n, if_constant=0.0
     )
     residual_pos_r = float(np.max(np.abs(np.concatenate([np.atleast_1d(r_b), r_w]))))
 
@@ -350,7 +351,7 @@ def analyse(
     if n_pairs > 0:
         ze, zo = zt[2 : 2 + n_pairs], zt[2 + n_pairs :]  # (P, N) each: SVD_2i, SVD_2i+1
         theta = np.arctan2(zo, ze)
-        angle_r = stats.pearson_cols(theta.T, tau)
+        angle_r = stats.pearson_cols(theta.T, tau, if_constant=0.0)
         rho = np.multiply(ze, ze)
         rho += zo * zo
         np.sqrt(rho, out=rho)

@@ -3,7 +3,7 @@
 Everything is pure numpy/scipy, typed, vectorised and accumulates in float64 (inputs may be
 float32).  The helpers live in one module per topic; this module re-exports them:
 
-* :mod:`qkwh.analyses.correlation`: Pearson with the zero-variance rule, p-values, OLS lines;
+* :mod:`qkwh.analyses.correlation`: Pearson with the constant-input rule, p-values, OLS lines;
 * :mod:`qkwh.analyses.lda`: the two-class Q-vs-K linear discriminant;
 * :mod:`qkwh.analyses.fourier`: non-uniform Fourier sums over positions, the ω grid;
 * :mod:`qkwh.analyses.moments`: per-head moments (:class:`HeadMoments`), sign canonicalisation,

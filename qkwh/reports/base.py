@@ -86,7 +86,8 @@ MARTS: frozenset[str] = frozenset({
     "model_metric_ci", "model_comparisons", "plasticity_length_bins", "plasticity_heatmap_model",
     "plasticity_buckets_gap", "component_weights_model", "bias_decomposition",
     "training_trajectory", "layer_profile", "family_correlations", "benchmark_joins",
-    "benchmark_correlations", "published_comparison",
+    "benchmark_correlations", "published_comparison", "taxonomy_classes", "depth_profile",
+    "benchmark_fits", "head_metric_fits",
 })
 
 # The report's model order: families together, checkpoints in training order, then size and id.
@@ -273,21 +274,6 @@ _EXTRA_COLORS = ["#eeca3b", "#ff9da6", "#bab0ac", "#439894", "#d67195", "#83bcb6
 
 # Q and K everywhere: blue queries, orange-red keys.
 KIND_SCHEMES = {"Q": "blues", "K": "oranges"}
-
-TAXONOMY_COLORS = {
-    "position_dominated": "#d62728",
-    "q_positional": "#ff9f40",
-    "k_positional": "#9467bd",
-    "mixed": "#9aa5b1",
-    "content_focused": "#2ca02c",
-}
-TAXONOMY_LABELS = {
-    "position_dominated": "position-dominated",
-    "q_positional": "Q-positional",
-    "k_positional": "K-positional",
-    "mixed": "mixed",
-    "content_focused": "content-focused",
-}
 
 
 def _hex(rgb: tuple[float, float, float]) -> str:

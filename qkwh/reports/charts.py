@@ -4,13 +4,12 @@ intervals, Q/K collages)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import altair as alt
 
 from qkwh.reports.base import (
-    TAXONOMY_COLORS,
-    TAXONOMY_LABELS,
     Marts,
     NoData,
     model_sort,
@@ -19,40 +18,80 @@ from qkwh.reports.base import (
 )
 from qkwh.reports.intervals import errorbar
 
+@dataclass(frozen=True)
+class Taxonomy:
+    """The head classes and thresholds of the build (mart taxonomy_classes): class names in
+    display order, their labels and colours, and the thresholds taxonomy_low / taxonomy_high."""
+
+    classes: tuple[str, ...]
+    labels: dict[str, str]
+    colors: dict[str, str]
+    low: float
+    high: float
+
+    def label(self, taxonomy: str | None) -> str | None:
+        return self.labels.get(taxonomy or "", taxonomy)
+
+    @property
+    def thresholds(self) -> str:
+        """'0.3 / 0.7'."""
+        return f"{self.low:g} / {self.high:g}"
+
+
+def taxonomy_classes(marts: Marts) -> Taxonomy:
+    """The classes and thresholds the marts were built with (not constants of the report: a
+    build with other ``--vars`` draws its own)."""
+    if not marts.has("taxonomy_classes"):
+        raise NoData("the warehouse has no taxonomy_classes mart: run `qkwh build`")
+    rows = sorted(marts.rows("taxonomy_classes"), key=lambda r: r["class_order"])
+    if not rows:
+        raise NoData("taxonomy_classes is empty")
+    return Taxonomy(tuple(r["taxonomy"] for r in rows), {r["taxonomy"]: r["label"] for r in rows},
+                    {r["taxonomy"]: r["color"] for r in rows},
+                    rows[0]["taxonomy_low"], rows[0]["taxonomy_high"])
+
+
 DEPTH_LABELS = [f"{k / 10:.1f}–{(k + 1) / 10:.1f}" for k in range(10)]
 
 
-def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title: str,
-                  legend_title: str, scheme: str = "viridis", domain: Sequence[float] | None = None,
-                  diverging: bool = False, fmt: str = ".2f") -> alt.Chart:
-    """Model × depth-bin heatmap; a cell is the mean of ``value`` over the heads in that bin.
-
-    ``rows`` are head rows with model_id, layer, depth_bin and ``value``.  Depth bin k holds
-    layers with layer/(num_layers − 1) in [k/10, (k+1)/10) (docs/metrics/aggregation.md); empty bins stay blank.
-    """
-    rows = [r for r in rows if r.get(value) is not None and r.get("depth_bin") is not None]
+def depth_rows(marts: Marts, metric: str, scale: float = 1.0) -> list[dict[str, Any]]:
+    """The depth_profile rows of ``metric`` for the selected models (mean_value times ``scale``,
+    a display unit), tagged with the model's display name and family."""
+    if not marts.has("depth_profile"):
+        raise NoData("the warehouse has no depth_profile mart: run `qkwh build`")
+    rows = [r for r in marts.rows("depth_profile", "metric = ?", [metric]) if r.get("mean_value") is not None]
     if not rows:
-        raise NoData(f"no head has both a depth and {value}")
-    data = marts.tag([{"model_id": r["model_id"], "layer": r["layer"], "depth_bin": int(r["depth_bin"]),
-                       "value": r[value]} for r in rows])
+        raise NoData(f"no head has both a depth and {metric}")
+    for r in rows:
+        r["mean_value"] = r["mean_value"] * scale
+    return marts.tag(rows)
+
+
+def depth_heatmap(marts: Marts, metric: str, *, title: str, legend_title: str,
+                  scheme: str = "viridis", domain: Sequence[float] | None = None,
+                  diverging: bool = False, fmt: str = ".2f", scale: float = 1.0) -> alt.Chart:
+    """Model × depth-bin heatmap of ``metric`` (a metric of the depth_profile mart): a cell is
+    the mart's mean over the heads in that bin (times ``scale``, a display unit).
+
+    Depth bin k holds layers with layer/(num_layers − 1) in [k/10, (k+1)/10)
+    (docs/metrics/aggregation.md); empty bins stay blank.
+    """
+    data = depth_rows(marts, metric, scale)
     order = model_sort(marts, {d["model_id"] for d in data})
     if diverging and not domain:  # symmetric around 0 so white means 0
-        top = max(abs(d["value"]) for d in data) or 1.0
+        top = max(abs(d["mean_value"]) for d in data) or 1.0
         domain = [-top, top]
     dom = list(domain) if domain else alt.Undefined
-    scale = (alt.Scale(scheme=scheme, domainMid=0, domain=dom) if diverging
-             else alt.Scale(scheme=scheme, domain=dom))
+    scale_ = (alt.Scale(scheme=scheme, domainMid=0, domain=dom) if diverging
+              else alt.Scale(scheme=scheme, domain=dom))
     x = alt.X("model:N", sort=order, title="model",
               axis=alt.Axis(labelAngle=-35, labelLimit=180))
     y = alt.Y("depth_bin:O", title="relative depth layer / (layers − 1)",
               scale=alt.Scale(domain=list(range(10))),
               axis=alt.Axis(labelExpr=f"{DEPTH_LABELS!r}[datum.value]"))
-    base = alt.Chart(table_of(data)).transform_aggregate(
-        mean_value="mean(value)", n_heads="count()", first_layer="min(layer)",
-        last_layer="max(layer)", groupby=["model", "model_id", "depth_bin"],
-    ).encode(x=x, y=y)
+    base = alt.Chart(table_of(data)).encode(x=x, y=y)
     cells = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
-        color=alt.Color("mean_value:Q", scale=scale, title=legend_title,
+        color=alt.Color("mean_value:Q", scale=scale_, title=legend_title,
                         legend=alt.Legend(gradientLength=180)),
         tooltip=[
             alt.Tooltip("model:N", title="model"),
@@ -69,11 +108,12 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
     if n_cells <= 160:
         # white text on the dark end of the scale, black elsewhere
         if diverging:
-            vals = [abs(d["value"]) for d in data]
+            vals = [abs(d["mean_value"]) for d in data]
             lim = max(abs(v) for v in domain) if domain else max(vals)
             dark = f"abs(datum.mean_value) > {0.6 * lim!r}"
         else:
-            lo, hi = (domain if domain else (min(d["value"] for d in data), max(d["value"] for d in data)))
+            lo, hi = (domain if domain else (min(d["mean_value"] for d in data),
+                                             max(d["mean_value"] for d in data)))
             dark = f"datum.mean_value < {lo + 0.45 * (hi - lo)!r}"
         layers.append(base.mark_text(fontSize=11).encode(
             text=alt.Text("mean_value:Q", format=fmt),
@@ -84,16 +124,16 @@ def depth_heatmap(marts: Marts, rows: list[dict[str, Any]], value: str, *, title
     return chart
 
 
-def class_shares(rows: list[dict[str, Any]], category: Any, *, width: Any, height: Any,
-                 vertical: bool = False, extra_tooltip: Sequence[Any] = ()) -> alt.FacetChart:
+def class_shares(tax: Taxonomy, rows: list[dict[str, Any]], category: Any, *, width: Any,
+                 height: Any, vertical: bool = False,
+                 extra_tooltip: Sequence[Any] = ()) -> alt.FacetChart:
     """Share of heads per taxonomy class as small multiples: one panel per class, a bar per
     model (``category``: the model / checkpoint channel) and its interval as an error bar.
 
     ``rows``: one per (model, class) with model_id, model, family, class (display name),
     fraction, n_heads, n_total and the interval fields of :class:`Intervals`.
     ``vertical`` puts the models on x and the share on y."""
-    classes = list(TAXONOMY_LABELS)
-    labels = [TAXONOMY_LABELS[t] for t in classes]
+    labels = [tax.labels[t] for t in tax.classes]
     share = dict(field="fraction", type="quantitative", title="share of heads",
                  axis=alt.Axis(format="%", values=[0, 0.5, 1]), scale=alt.Scale(domain=[0, 1]))
     base = alt.Chart().encode(**({"x": category} if vertical else {"y": category}))
@@ -101,7 +141,7 @@ def class_shares(rows: list[dict[str, Any]], category: Any, *, width: Any, heigh
     bars = base.mark_bar(**({"width": {"band": 0.7}} if vertical else {"height": {"band": 0.7}})).encode(
         **{"y" if vertical else "x": value},
         color=alt.Color("class:N", scale=alt.Scale(domain=labels,
-                                                   range=[TAXONOMY_COLORS[t] for t in classes]),
+                                                   range=[tax.colors[t] for t in tax.classes]),
                         sort=labels, title="head class", legend=None),
         tooltip=model_tooltip(*extra_tooltip, alt.Tooltip("class:N", title="class"),
                               alt.Tooltip("n_heads:Q", title="heads"),

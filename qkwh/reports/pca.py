@@ -7,7 +7,6 @@ from typing import Any
 import altair as alt
 
 from qkwh.reports.base import (
-    TAXONOMY_LABELS,
     Drawn,
     FigureDef,
     Marts,
@@ -19,7 +18,7 @@ from qkwh.reports.base import (
     require,
     table_of,
 )
-from qkwh.reports.charts import class_shares, depth_heatmap, qk_collage
+from qkwh.reports.charts import class_shares, depth_heatmap, qk_collage, taxonomy_classes
 from qkwh.reports.intervals import Intervals, errorbar, point_marks
 from qkwh.reports.vectors import collage_records
 
@@ -96,8 +95,9 @@ def rq_rk_scatter(marts: Marts) -> alt.Chart:
     rows = require(finite(marts.rows("head_taxonomy"), "r_q0", "r_k0"),
                    "head_taxonomy is empty (no PCA results)")
     rows = marts.tag(rows)
+    tax = taxonomy_classes(marts)
     for r in rows:
-        r["class"] = TAXONOMY_LABELS.get(r.get("taxonomy") or "", r.get("taxonomy"))
+        r["class"] = tax.label(r.get("taxonomy"))
     look = model_look(marts, {r["model_id"] for r in rows})
     x_lo = min(0.0, min(r["r_q0"] for r in rows))
     pts = alt.Chart(table_of(rows)).mark_point(filled=True, size=55).encode(
@@ -111,7 +111,7 @@ def rq_rk_scatter(marts: Marts) -> alt.Chart:
                              alt.Tooltip("class:N", title="taxonomy")),
     ).add_params(look.selection)
     rules = []
-    for v in (0.3, 0.7):
+    for v in (tax.low, tax.high):
         rules.append(alt.Chart().mark_rule(color="#999", strokeDash=[4, 3]).encode(x=alt.datum(v)))
         rules.append(alt.Chart().mark_rule(color="#999", strokeDash=[4, 3]).encode(y=alt.datum(v)))
         rules.append(alt.Chart().mark_rule(color="#999", strokeDash=[4, 3]).encode(y=alt.datum(-v)))
@@ -119,21 +119,16 @@ def rq_rk_scatter(marts: Marts) -> alt.Chart:
         width=440, height=400,
         title=alt.Title("Query vs key position signal on PC0, per head",
                         subtitle="colour = model, shape = family; dashed lines: taxonomy thresholds "
-                                 "0.3 / 0.7"))
-
-
-def _depth(marts: Marts, value: str, **kw: Any) -> alt.Chart:
-    rows = marts.rows("head_taxonomy")
-    return depth_heatmap(marts, rows, value, **kw)
+                                 + tax.thresholds))
 
 
 def depth_rq0(marts: Marts) -> alt.Chart:
-    return _depth(marts, "r_q0", title="Query position signal r_q0 by layer depth",
+    return depth_heatmap(marts, "r_q0", title="Query position signal r_q0 by layer depth",
                   legend_title="mean r_q0 (Pearson r)", scheme="viridis", domain=[0, 1])
 
 
 def depth_rk0(marts: Marts) -> alt.Chart:
-    return _depth(marts, "r_k0", title="Key position signal r_k0 by layer depth",
+    return depth_heatmap(marts, "r_k0", title="Key position signal r_k0 by layer depth",
                   legend_title="mean r_k0 (Pearson r)", scheme="blueorange", domain=[-1, 1],
                   diverging=True)
 
@@ -141,17 +136,18 @@ def depth_rk0(marts: Marts) -> alt.Chart:
 def taxonomy(marts: Marts) -> Drawn:
     rows = require([r for r in marts.rows("taxonomy_fractions", "scope_kind = 'model'")
                     if r.get("n_total")], "taxonomy_fractions has no per-model rows")
-    ci = Intervals(marts, [f"frac_{t}" for t in TAXONOMY_LABELS])
+    tax = taxonomy_classes(marts)
+    ci = Intervals(marts, [f"frac_{t}" for t in tax.classes])
     for r in rows:
-        r["class"] = TAXONOMY_LABELS.get(r["taxonomy"], r["taxonomy"])
+        r["class"] = tax.label(r["taxonomy"])
         r.update(ci.fields(r["model_id"], f"frac_{r['taxonomy']}"))
     rows = marts.tag(rows)
     order = model_sort(marts, {r["model_id"] for r in rows})
-    chart = class_shares(rows, alt.Y("model:N", sort=order, title="model"), width=130,
+    chart = class_shares(tax, rows, alt.Y("model:N", sort=order, title="model"), width=130,
                          height=alt.Step(22))
     return Drawn(chart.properties(title=alt.Title(
         "Head taxonomy: share of heads per class",
-        subtitle="classes from PC0 r_q and |r_k| with thresholds 0.3 / 0.7; black bars = "
+        subtitle=f"classes from PC0 r_q and |r_k| with thresholds {tax.thresholds}; black bars = "
                  "interval of each share")), ci.caption("Black bars"))
 
 
@@ -175,15 +171,15 @@ FIGURES: tuple[FigureDef, ...] = (
               pc_roles),
     FigureDef("pca-rq-rk-scatter", SECTION, "r_q0 vs r_k0 per head, by model",
               "Each mark is a head (colour = model, shape = family); families occupy distinct "
-              "regions of the (r_q, r_k) plane (qk-pca/02).", ("head_taxonomy",), rq_rk_scatter),
+              "regions of the (r_q, r_k) plane (qk-pca/02).", ("head_taxonomy", "taxonomy_classes"), rq_rk_scatter),
     FigureDef("pca-depth-rq0", SECTION, "Layer-depth heatmap of r_q0",
               "Mean query PC0–position correlation per model and relative depth (qk-pca/03); "
               "cells are means over the heads of a depth bin, drawn without an interval.",
-              ("head_taxonomy",), depth_rq0),
+              ("depth_profile",), depth_rq0),
     FigureDef("pca-depth-rk0", SECTION, "Layer-depth heatmap of r_k0",
               "Mean key PC0–position correlation per model and relative depth (qk-pca/04); "
               "cells are means over the heads of a depth bin, drawn without an interval.",
-              ("head_taxonomy",), depth_rk0),
+              ("depth_profile",), depth_rk0),
     FigureDef("pca-explained-variance", SECTION, "Explained variance per principal component",
               "Mean explained-variance ratio of each PC of the pooled Q+K PCA (qk-pca/05).",
               ("model_summary", "model_metric_ci"), explained_variance),
@@ -192,5 +188,5 @@ FIGURES: tuple[FigureDef, ...] = (
               "(qk-pca/06).", ("pca_axes (vectors reader)", "files (vectors reader)", "model_summary"),
               collage, per_model=True),
     FigureDef("pca-taxonomy", SECTION, "Head taxonomy fractions",
-              "Share of heads per taxonomy class for each model, with intervals (qk-pca/08).", ("taxonomy_fractions", "model_metric_ci"), taxonomy),
+              "Share of heads per taxonomy class for each model, with intervals (qk-pca/08).", ("taxonomy_fractions", "taxonomy_classes", "model_metric_ci"), taxonomy),
 )

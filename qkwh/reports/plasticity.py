@@ -15,7 +15,6 @@ from qkwh.reports.base import (
     NoData,
     finite,
     head_tooltip,
-    pick,
     model_look,
     model_sort,
     model_tooltip,
@@ -23,6 +22,7 @@ from qkwh.reports.base import (
     table_of,
     token_axis,
 )
+from qkwh.reports.charts import depth_rows
 from qkwh.reports.intervals import Intervals, along, errorbar, point_marks, pct
 
 SECTION = "Plasticity"
@@ -312,12 +312,16 @@ def drop_vs_benchmark(marts: Marts) -> Drawn:
         o["bench"] = _bench(o)
         o.update(ci.fields(o["model_id"], "ap_drop"))
     obs = marts.tag(obs)
+    fits = (marts.rows("benchmark_fits", "metric = 'ap_drop' AND length_scope = 'overall'")
+            if marts.has("benchmark_fits") else [])
+    line = [{"bench": _bench(f), "fit_x": x, "fit_score": y} for f in fits if f.get("slope") is not None
+            for x, y in ((f["x_min"], f["y_at_x_min"]), (f["x_max"], f["y_at_x_max"]))]
     lines = [f"{_bench(c)}: {_r_text(c)}" for c in corr]
     subtitle = ["horizontal bars: interval of each model's ap_drop; dashed line: least-squares fit "
-                "of score on ap_drop"] + lines
+                "of score on ap_drop (benchmark_fits)"] + lines
     look = model_look(marts, {o["model_id"] for o in obs})
-    base = alt.Chart().encode(
-        y=alt.Y("score:Q", title="benchmark score (points)", scale=alt.Scale(zero=False)))
+    y = alt.Y("score:Q", title="benchmark score (points)", scale=alt.Scale(zero=False))
+    base = alt.Chart().transform_filter("isValid(datum.model_id)").encode(y=y)
     x = alt.X("metric_value:Q", title="ap_drop = AP first 20 % − AP last 20 % (plasticity units)",
               scale=alt.Scale(zero=False))
     tip = model_tooltip(alt.Tooltip("bench:N", title="benchmark"),
@@ -328,10 +332,10 @@ def drop_vs_benchmark(marts: Marts) -> Drawn:
     pts = point_marks(base, size=90, x=x, color=look.color(), shape=look.shape(),
                       opacity=look.opacity(), tooltip=tip)
     labels = base.mark_text(dx=8, dy=-8, align="left", fontSize=11).encode(x=x, text="model:N")
-    fit = base.transform_regression("metric_value", "score").mark_line(
-        color="#333", strokeDash=[5, 3]).encode(x=x)
+    fit = alt.Chart().transform_filter("isValid(datum.fit_x)").mark_line(
+        color="#333", strokeDash=[5, 3]).encode(x=along(x, "fit_x:Q"), y=along(y, "fit_score:Q"))
     chart = alt.layer(fit, bars, pts[0].add_params(look.selection), pts[1], labels).properties(
-        width=400, height=320).facet(column=alt.Column("bench:N", title=None), data=table_of(obs)
+        width=400, height=320).facet(column=alt.Column("bench:N", title=None), data=table_of(obs + line)
     ).resolve_scale(y="independent", x="independent").properties(title=alt.Title(
         "Plasticity drop vs long-context benchmark score", subtitle=subtitle))
     cap = ci.caption("Horizontal bars")
@@ -358,8 +362,10 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
     if n_all > SCATTER_CAP:  # seeded, so the report is reproducible
         buckets = random.Random(0).sample(buckets, SCATTER_CAP)
     buckets = marts.tag(buckets)
-    heads = marts.tag(pick(finite(marts.rows("head_metrics"), "gauss_gap", "depth_bin"),
-                           "model_id", "layer", "depth_bin", "gauss_gap"))
+    try:
+        depth_means = depth_rows(marts, "gauss_gap")
+    except NoData:
+        depth_means = []
     models = [m for m in marts.models if any(b["model_id"] == m for b in buckets)]
     look = model_look(marts, models)
     ci = Intervals(marts, ["gauss_gap"])
@@ -396,19 +402,16 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
                                                subtitle="dashed line: equal (gap 0)"))
 
     # 2. gap by layer depth: mean over the heads of each depth bin
-    depth = alt.Chart(table_of(heads)).transform_aggregate(
-        mean_gap="mean(gauss_gap)", n_heads="count()", first_layer="min(layer)",
-        last_layer="max(layer)", groupby=["model", "model_id", "family", "depth_bin"],
-    ).transform_calculate(depth_mid="(datum.depth_bin + 0.5) / 10").encode(
+    depth = alt.Chart(table_of(depth_means)).encode(
         x=alt.X("depth_mid:Q", title="relative depth layer / (layers − 1), bin centre",
                 scale=alt.Scale(domain=[0, 1], nice=False), axis=alt.Axis(values=[0, 0.2, 0.4, 0.6, 0.8, 1])),
-        y=alt.Y("mean_gap:Q", title="mean gauss_gap over heads (Gaussian − empirical AP)"),
+        y=alt.Y("mean_value:Q", title="mean gauss_gap over heads (Gaussian − empirical AP)"),
         color=look.color(), opacity=look.opacity(),
         tooltip=model_tooltip(alt.Tooltip("depth_bin:O", title="depth bin (tenths)"),
                               alt.Tooltip("first_layer:Q", title="first layer"),
                               alt.Tooltip("last_layer:Q", title="last layer"),
                               alt.Tooltip("n_heads:Q", title="heads"),
-                              alt.Tooltip("mean_gap:Q", title="mean gap", format="+.4f")))
+                              alt.Tooltip("mean_value:Q", title="mean gap", format="+.4f")))
     zero = alt.Chart().mark_rule(color="#888", strokeDash=[3, 3]).encode(y=alt.datum(0))
     middle = alt.layer(zero, depth.mark_line(strokeWidth=1.8),
                        depth.mark_point(filled=True, size=40)).properties(
@@ -436,7 +439,7 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
                         subtitle=["Gaussian: closed form treating each bucket's queries as Gaussian; "
                                   "empirical: the same key pairs scored with the real queries; "
                                   "gap > 0 = the Gaussian shortcut overstates plasticity",
-                                  shown + " (plasticity_buckets_gap); depth from head_metrics"]))
+                                  shown + " (plasticity_buckets_gap); depth means from depth_profile"]))
     return Drawn(chart, ci.caption("Right panel, bars"))
 
 
@@ -463,12 +466,13 @@ FIGURES: tuple[FigureDef, ...] = (
               ("model_summary", "model_metric_ci"), forest),
     FigureDef("ap-drop-vs-benchmark", SECTION, "ap_drop vs benchmark score",
               "ap_drop against long-context benchmark scores with a linear fit and Pearson r "
-              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_correlations",
-                                              "model_metric_ci"), drop_vs_benchmark),
+              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_fits",
+                                              "benchmark_correlations", "model_metric_ci"),
+              drop_vs_benchmark),
     FigureDef("ap-gauss-vs-empirical", SECTION, "Gaussian vs empirical plasticity",
               "Per-bucket Gaussian against empirical plasticity with the identity line, the gap by "
               "layer depth (means over the heads of a depth bin, without an interval), and each "
               "model's gap with its interval.",
-              ("plasticity_buckets_gap", "head_metrics", "model_summary", "model_metric_ci"),
+              ("plasticity_buckets_gap", "depth_profile", "model_summary", "model_metric_ci"),
               gauss_vs_empirical),
 )

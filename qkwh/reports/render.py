@@ -109,8 +109,8 @@ def render(
 ) -> ReportResult:
     """Render every figure the marts support into an offline HTML report plus PNG/SVG files.
 
-    WAREHOUSE is the DuckDB file (default: $QKWH_WAREHOUSE, else warehouse/qkwh.duckdb); it must
-    have been built with `qkwh build`.  OUT is the report folder (default: reports/latest,
+    WAREHOUSE is the DuckDB file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working
+    directory); it must have been built with `qkwh build`.  OUT is the report folder (default: reports/latest,
     overwritten).  MODELS limits the report to these model ids (default: every model).
 
     Writes OUT/index.html (one self-contained page: Vega, Vega-Lite and vega-embed inlined,

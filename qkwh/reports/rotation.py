@@ -22,7 +22,7 @@ from qkwh.reports.base import (
     table_of,
 )
 from qkwh.reports.charts import depth_heatmap, qk_collage
-from qkwh.reports.intervals import Intervals, errorbar, pct
+from qkwh.reports.intervals import Intervals, along, errorbar, pct
 from qkwh.reports.vectors import axes_of, collage_records, complement_axes, heads_with_axes, project
 
 SECTION = "Rotation"
@@ -213,18 +213,14 @@ def slope_ratio(marts: Marts) -> Drawn:
 
 
 def depth_abs_rka(marts: Marts) -> alt.Chart:
-    rows = head_rows(marts, "abs_r_k_a")
-    return depth_heatmap(marts, rows, "abs_r_k_a", title="Key drift signal |r_k_a| by layer depth",
+    return depth_heatmap(marts, "abs_r_k_a", title="Key drift signal |r_k_a| by layer depth",
                          legend_title="mean |r_k_a| (Pearson r)", scheme="viridis", domain=[0, 1])
 
 
 def depth_bias(marts: Marts) -> alt.Chart:
-    rows = head_rows(marts, "bias_strength")
-    for r in rows:
-        r["bias_e3"] = r["bias_strength"] * 1e3
-    return depth_heatmap(marts, rows, "bias_e3", title="bias_strength by layer depth",
+    return depth_heatmap(marts, "bias_strength", title="bias_strength by layer depth",
                          legend_title="mean bias × 10³ (score/token)", scheme="purpleorange",
-                         diverging=True, fmt=".1f")
+                         diverging=True, fmt=".1f", scale=1e3)
 
 
 def _corr_line(c: dict[str, Any], who: str) -> str:
@@ -255,32 +251,44 @@ def bias_vs_separation(marts: Marts) -> Drawn:
         lines.append(_corr_line(c, "all heads" if c["scope_kind"] == "all" else c["scope"]))
     model_lines = [_corr_line(c, marts.display(c["scope"]))
                    for c in sorted(per_model, key=lambda c: marts.models.index(c["scope"]))]
-    base = alt.Chart().encode(
-        x=alt.X("separation_strength:Q", title="separation_strength (share of E|q − k|² on axis b)",
-                scale=alt.Scale(zero=False)),
-        y=alt.Y("bias_e3:Q", title="bias_strength × 10³ (score units per token)",
-                scale=alt.Scale(zero=False)),
-    )
+    x = alt.X("separation_strength:Q", title="separation_strength (share of E|q − k|² on axis b)",
+              scale=alt.Scale(zero=False))
+    y = alt.Y("bias_e3:Q", title="bias_strength × 10³ (score units per token)",
+              scale=alt.Scale(zero=False))
+    base = alt.Chart().transform_filter("isValid(datum.layer)").encode(x=x, y=y)
+    # least-squares lines of the head_metric_fits mart: within each shown model, and over all heads
+    fit_rows = (marts.rows("head_metric_fits", "response = 'bias_strength' AND predictor = "
+                           "'separation_strength' AND scope_kind IN ('all', 'model')")
+                if marts.has("head_metric_fits") else [])
+    line = []
+    for f in fit_rows:
+        if f.get("slope") is None or (f["scope_kind"] == "model" and f["scope"] not in shown_models):
+            continue
+        for fx, fy in ((f["x_min"], f["y_at_x_min"]), (f["x_max"], f["y_at_x_max"])):
+            rec = {"fit_scope": f["scope_kind"], "fit_x": fx, "fit_e3": fy * 1e3}
+            if f["scope_kind"] == "model":
+                rec.update(model_id=f["scope"], model=marts.display(f["scope"]))
+            line.append(rec)
+    fit = alt.Chart().mark_line().encode(x=along(x, "fit_x:Q"), y=along(y, "fit_e3:Q"))
     pts = base.mark_point(filled=True, size=50).encode(
         color=look.color(), shape=look.shape(), opacity=look.opacity(0.7, 0.06),
         tooltip=head_tooltip("family:N",
                              alt.Tooltip("separation_strength:Q", format=".3f"),
                              alt.Tooltip("bias_strength:Q", format=".3e")),
     ).add_params(look.selection)
-    fits = base.transform_filter(look.selection).transform_regression(
-        "separation_strength", "bias_e3", groupby=["model"]
-    ).mark_line(strokeWidth=2.5).encode(color=look.color())
-    overall = base.transform_regression("separation_strength", "bias_e3").mark_line(
+    fits = fit.transform_filter("datum.fit_scope == 'model'").transform_filter(
+        look.selection).mark_line(strokeWidth=2.5).encode(color=look.color())
+    overall = fit.transform_filter("datum.fit_scope == 'all'").mark_line(
         color="#111", strokeDash=[6, 4], strokeWidth=1.8)
     lvl = next((c["level"] for c in corr if c.get("level") is not None), None)
     note = (f"Pearson r with {pct(lvl) + ' ' if lvl else ''}Fisher-z and layer-cluster bootstrap "
             "intervals (family_correlations, over every ingested head of the scope)"
             if corr else "no family_correlations mart: r not shown")
-    chart = alt.layer(pts, fits, overall, data=table_of(rows)).properties(
+    chart = alt.layer(pts, fits, overall, data=table_of(rows + line)).properties(
         width=480, height=380, title=alt.Title(
             "bias_strength vs separation_strength (Simpson's paradox check)",
-            subtitle=["coloured lines: least-squares fit within each model; black dashed: over all "
-                      "heads shown", note] + lines[:8]))
+            subtitle=["coloured lines: least-squares fit within each model; black dashed: over every "
+                      "ingested head (head_metric_fits)", note] + lines[:8]))
     caption = ""
     if corr:
         caption = ("Correlations (family_correlations): Pearson r with its "
@@ -360,14 +368,15 @@ FIGURES: tuple[FigureDef, ...] = (
     FigureDef("rot-depth-abs-rka", SECTION, "Layer-depth heatmap of |r_k_a|",
               "Mean |r_k_a| per model and relative depth (qk-rotation/06, left); cells are means "
               "over the heads of a depth bin, drawn without an interval.",
-              (HEAD_MART,), depth_abs_rka),
+              ("depth_profile",), depth_abs_rka),
     FigureDef("rot-depth-bias", SECTION, "Layer-depth heatmap of bias_strength",
               "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right); cells "
               "are means over the heads of a depth bin, drawn without an interval.",
-              (HEAD_MART,), depth_bias),
+              ("depth_profile",), depth_bias),
     FigureDef("rot-bias-vs-separation", SECTION, "bias_strength vs separation_strength",
               "Per-head scatter with within-model fits and Pearson r with intervals (Simpson's "
-              "paradox, qk-rotation/07).", (HEAD_MART, "family_correlations"), bias_vs_separation),
+              "paradox, qk-rotation/07).", (HEAD_MART, "head_metric_fits", "family_correlations"),
+              bias_vs_separation),
     FigureDef("rot-complement-collage", SECTION, "Complement-pair collage",
               "The complement SVD pairs of one seeded random head: RoPE rotation planes appear as "
               "rings (qk-rotation/08).", ("rotation_axes (vectors reader)", "head_rotation_pairs",

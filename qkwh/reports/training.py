@@ -8,8 +8,8 @@ from typing import Any
 
 import altair as alt
 
-from qkwh.reports.base import TAXONOMY_LABELS, Drawn, FigureDef, Marts, NoData, table_of
-from qkwh.reports.charts import class_shares
+from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, table_of
+from qkwh.reports.charts import class_shares, taxonomy_classes
 from qkwh.reports.intervals import Intervals, along, errorbar, point_marks
 
 SECTION = "Training dynamics"
@@ -225,10 +225,11 @@ def pca_trajectory(marts: Marts) -> Drawn:
 
 def taxonomy_evolution(marts: Marts) -> Drawn:
     rows = _trajectory(marts)
-    ci = Intervals(marts, [f"frac_{t}" for t in TAXONOMY_LABELS])
+    tax = taxonomy_classes(marts)
+    ci = Intervals(marts, [f"frac_{t}" for t in tax.classes])
     data = []
     for r in rows:
-        for t, label in TAXONOMY_LABELS.items():
+        for t, label in tax.labels.items():
             v = r.get(f"frac_{t}")
             if v is not None:
                 data.append({**{c: r[c] for c in KEYS}, "class": label, "fraction": v,
@@ -236,7 +237,7 @@ def taxonomy_evolution(marts: Marts) -> Drawn:
                              **ci.fields(r["model_id"], f"frac_{t}")})
     if not data:
         raise NoData("training_trajectory has no taxonomy fractions")
-    chart = class_shares(data, _x(rows), width=max(150, 22 * len(rows)), height=200, vertical=True,
+    chart = class_shares(tax, data, _x(rows), width=max(150, 22 * len(rows)), height=200, vertical=True,
                          extra_tooltip=[alt.Tooltip("phase:N", title="phase"),
                                         alt.Tooltip("checkpoint_step:Q", title="step", format=",")])
     return Drawn(chart.properties(title=alt.Title(
@@ -262,5 +263,5 @@ FIGURES: tuple[FigureDef, ...] = (
               "(qk-pca/07, /09).", ("training_trajectory", "model_metric_ci"), pca_trajectory),
     FigureDef("train-taxonomy", SECTION, "Taxonomy evolution across checkpoints",
               "Share of heads per taxonomy class per checkpoint, with intervals (qk-pca/08).",
-              ("training_trajectory", "model_metric_ci"), taxonomy_evolution),
+              ("training_trajectory", "taxonomy_classes", "model_metric_ci"), taxonomy_evolution),
 )

@@ -1,7 +1,8 @@
 -- Legacy head_bucket_plasticity.csv (older attention-plasticity tools): one row per head and query
 -- bucket; `bucket` and `plasticity` are the old names of q_bucket and ap_bucket, n_pairs is
 -- the number of pairs evaluated.  $1 = model id, or NULL for every model.
--- Only the parameter set the marts report (current_config) is written.
+-- Only the parameter set the marts report (current_config) is written: the filter is the dbt
+-- macro is_current_config (dbt_project/macros/current_config.sql), which qkwh.export renders in.
 SELECT
     model_id AS model,
     layer,
@@ -24,6 +25,5 @@ SELECT
     config_id
 FROM plasticity_buckets AS t
 WHERE ($1 IS NULL OR model_id = $1)
-  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = t.model_id
-              AND cc.analysis = 'plasticity' AND cc.config_id = t.config_id)
+  AND {{ is_current_config('t', 'plasticity') }}
 ORDER BY model_id, layer, q_head, q_bucket

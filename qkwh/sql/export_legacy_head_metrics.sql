@@ -1,7 +1,8 @@
 -- Legacy head_metrics.csv (older attention-plasticity tools): one row per head, the
 -- AP columns under their old names (n_q_tokens, n_k_tokens, d_model) followed by the warehouse
 -- extras.  Head aggregates come from the head_metrics mart (`qkwh build` first); rows are
--- those of the parameter set the marts report (current_config).
+-- those of the parameter set the marts report (current_config): the filter is the dbt macro
+-- is_current_config (dbt_project/macros/current_config.sql), which qkwh.export renders in.
 -- $1 = model id, or NULL for every model.
 SELECT
     h.model_id AS model,
@@ -41,8 +42,7 @@ SELECT
     h.pairs,
     h.config_id
 FROM plasticity_heads AS h
-JOIN current_config AS cc ON cc.model_id = h.model_id AND cc.analysis = 'plasticity'
-                         AND cc.config_id = h.config_id
 LEFT JOIN head_metrics AS p ON p.model_id = h.model_id AND p.layer = h.layer AND p.q_head = h.q_head
-WHERE $1 IS NULL OR h.model_id = $1
+WHERE ($1 IS NULL OR h.model_id = $1)
+  AND {{ is_current_config('h', 'plasticity') }}
 ORDER BY h.model_id, h.layer, h.q_head

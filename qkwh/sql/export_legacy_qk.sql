@@ -2,7 +2,8 @@
 -- (10 per head), with the head's taxonomy (head_taxonomy mart: `qkwh build` first) beside it;
 -- `head` is the query head.
 -- $1 = model id, or NULL for every model.
--- Only the parameter set the marts report (current_config) is written.
+-- Only the parameter set the marts report (current_config) is written: the filter is the dbt
+-- macro is_current_config (dbt_project/macros/current_config.sql), which qkwh.export renders in.
 SELECT
     c.model_id AS model,
     c.layer,
@@ -26,6 +27,5 @@ SELECT
 FROM pca_components AS c
 LEFT JOIN head_taxonomy AS h USING (model_id, layer, q_head)
 WHERE ($1 IS NULL OR c.model_id = $1)
-  AND EXISTS (SELECT 1 FROM current_config AS cc WHERE cc.model_id = c.model_id
-              AND cc.analysis = 'pca' AND cc.config_id = c.config_id)
+  AND {{ is_current_config('c', 'pca') }}
 ORDER BY c.model_id, c.layer, c.q_head, c.pc

@@ -84,7 +84,7 @@ def extended_build(build_root: Path, synthetic_build: Built) -> Built:
     con = store.connect(wh)
     try:
         # views must survive the rename (DuckDB names the catalog after the file stem)
-        notes = {"stg_models_rows_after_copy": con.execute("SELECT count(*) FROM stg_models").fetchall()[0][0]}
+        notes = {"stg_models_rows_after_copy": con.execute("SELECT count(*) FROM staging.stg_models").fetchall()[0][0]}
         sm.fill(con, [sm.EXTRA_MODEL], with_run_config=False)
     finally:
         con.close()

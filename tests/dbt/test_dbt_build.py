@@ -62,11 +62,65 @@ def test_synthetic_build_passes_every_test_and_unit_test(synthetic_build):
     assert res.count("unit_test", "pass") == res.n_unit_tests >= 15
     assert res.count("test", "pass") == res.n_tests
     assert "dbt build ok" in res.summary == str(res)
-    # everything lives in schema main, not main_marts / main_staging
-    schemas = synthetic_build.query(
-        "SELECT DISTINCT table_schema FROM information_schema.tables WHERE table_name IN "
-        "('model_summary', 'stg_models', 'int_models', 'model_registry')")
-    assert schemas == [("main",)]
+    # marts and seeds in main beside the raw tables; staging and intermediate models in schemas
+    # named exactly `staging` / `intermediate` (not dbt's default main_staging)
+    schemas = dict(synthetic_build.query(
+        "SELECT table_name, table_schema FROM information_schema.tables WHERE table_name IN "
+        "('model_summary', 'stg_models', 'int_models', 'int_model_metric_replicates', "
+        "'model_registry', 'models')"))
+    assert schemas == {"model_summary": "main", "model_registry": "main", "models": "main",
+                       "stg_models": "staging", "int_models": "intermediate",
+                       "int_model_metric_replicates": "intermediate"}
+    assert _layer_objects_in_main(synthetic_build.warehouse) == []
+
+
+def _layer_objects_in_main(warehouse: Path) -> list[str]:
+    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        return [r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "AND (table_name LIKE 'stg\\_%' ESCAPE '\\' OR table_name LIKE 'int\\_%' ESCAPE '\\') "
+            "ORDER BY 1").fetchall()]
+    finally:
+        con.close()
+
+
+def test_a_warehouse_of_the_old_layout_is_migrated_on_build(synthetic_build, tmp_path):
+    """Builds before the schema split left stg_* views and int_* tables in main: the next build
+    drops exactly those (not a user's own relation of a similar name) and keeps every mart."""
+    wh = tmp_path / "old.duckdb"
+    shutil.copy(synthetic_build.warehouse, wh)
+    con = duckdb.connect(str(wh))
+    try:
+        moved = con.execute(
+            "SELECT table_schema, table_name, table_type FROM information_schema.tables "
+            "WHERE table_schema IN ('staging', 'intermediate') ORDER BY 2").fetchall()
+        assert len(moved) > 20
+        for schema, name, kind in moved:  # the layout of earlier builds: everything in main
+            if kind == "VIEW":
+                sql = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ?",
+                                  [schema, name]).fetchone()[0]
+                con.execute(sql.replace(f"CREATE VIEW {schema}.", "CREATE VIEW main.", 1)
+                            .replace(f'CREATE VIEW "{schema}".', "CREATE VIEW main.", 1))
+            else:
+                con.execute(f'CREATE TABLE main."{name}" AS SELECT * FROM "{schema}"."{name}"')
+        con.execute("DROP SCHEMA staging CASCADE")
+        con.execute("DROP SCHEMA intermediate CASCADE")
+        con.execute("CREATE TABLE main.int_my_notes AS SELECT 1 AS x")  # not dbt's: must stay
+        marts = {m: con.execute(f'SELECT count(*) FROM "{m}"').fetchone()[0] for m in MARTS}
+    finally:
+        con.close()
+    assert set(_layer_objects_in_main(wh)) == {n for _, n, _ in moved} | {"int_my_notes"}
+
+    res = build_mod.build(wh, target_dir=tmp_path / "target", log_sink=lambda _m: None)
+    assert res.success, res.summary
+    assert _layer_objects_in_main(wh) == ["int_my_notes"]
+    con = duckdb.connect(str(wh), read_only=True)
+    try:
+        assert {m: con.execute(f'SELECT count(*) FROM "{m}"').fetchone()[0] for m in MARTS} == marts
+        assert con.execute("SELECT count(*) FROM staging.stg_models").fetchone()[0] == len(sm.BASE_MODELS)
+    finally:
+        con.close()
 
 
 def test_build_reports_a_locked_warehouse_in_one_line(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -19,12 +20,14 @@ def _csv(path) -> list[dict]:
 
 
 def test_export_marts_views_and_tables_to_parquet(synthetic_build, tmp_path):
-    names = ["model_summary", "stg_plasticity_buckets", "rotation_axes"]
+    names = ["model_summary", "stg_plasticity_buckets", "rotation_axes", "intermediate.int_models"]
     paths = export(synthetic_build.warehouse, names, "parquet", tmp_path / "out")
-    assert [p.name for p in paths] == [f"{n}.parquet" for n in names]
-    for name, path in zip(names, paths):
+    assert [p.name for p in paths] == [f"{n.split('.')[-1]}.parquet" for n in names]
+    relations = ["main.model_summary", "staging.stg_plasticity_buckets", "main.rotation_axes",
+                 "intermediate.int_models"]
+    for name, path in zip(relations, paths):
         table = pq.read_table(path)
-        want = synthetic_build.query(f'SELECT count(*) FROM "{name}"')[0][0]
+        want = synthetic_build.query(f'SELECT count(*) FROM {name}')[0][0]
         assert table.num_rows == want > 0
     ms = pq.read_table(paths[0]).to_pylist()
     db = synthetic_build.dicts("SELECT model_id, ap_drop FROM model_summary")
@@ -88,3 +91,31 @@ def test_legacy_export_for_every_model_and_unknown_model(synthetic_build, tmp_pa
     with pytest.raises(NotFoundError) as exc:
         export_legacy(synthetic_build.warehouse, tmp_path / "y", "qwen3-4")
     assert "qwen3-4b" in str(exc.value)
+
+
+def test_legacy_export_writes_only_the_current_parameter_set(synthetic_build, tmp_path):
+    """Rows of a parameter set that is not current stay out of every legacy file; the filter is
+    the dbt macro is_current_config, rendered into the legacy SQL (one definition)."""
+    import shutil
+
+    from qkwh.export import legacy_sql
+
+    wh = tmp_path / "two_sets.duckdb"
+    shutil.copy(synthetic_build.warehouse, wh)
+    con = duckdb.connect(str(wh))
+    try:
+        for table in ("rotation_heads", "pca_components", "plasticity_buckets",
+                      "plasticity_components", "plasticity_heads"):
+            con.execute(f"INSERT INTO {table} SELECT * REPLACE ('not-current' AS config_id) "
+                        f"FROM {table} WHERE model_id = 'qwen3-4b'")
+    finally:
+        con.close()
+    export_legacy(wh, tmp_path / "out", "qwen3-4b")
+    for name in LEGACY_FILES:
+        rows = _csv(tmp_path / "out" / name)
+        assert rows and {r["config_id"] for r in rows} != set(), name
+        assert "not-current" not in {r["config_id"] for r in rows}, name
+    for sql_name in LEGACY_FILES.values():
+        raw = (Path(__file__).parents[2] / "qkwh" / "sql" / f"{sql_name}.sql").read_text()
+        assert "{{ is_current_config(" in raw and "FROM current_config" not in raw, sql_name
+        assert 'from main."current_config" as cc' in legacy_sql(sql_name), sql_name

@@ -73,7 +73,7 @@ def test_layer_cluster_intervals_cover_the_truth_and_widen_with_layer_correlatio
 
 
 def _replicates(built, model_id: str, metric: str) -> np.ndarray:
-    rows = built.query("SELECT replicate, value FROM int_model_metric_replicates WHERE model_id = ? "
+    rows = built.query("SELECT replicate, value FROM intermediate.int_model_metric_replicates WHERE model_id = ? "
                        "AND metric = ? ORDER BY replicate", [model_id, metric])
     assert [r[0] for r in rows] == list(range(len(rows)))
     return np.array([np.nan if r[1] is None else r[1] for r in rows])
@@ -81,9 +81,9 @@ def _replicates(built, model_id: str, metric: str) -> np.ndarray:
 
 def _draws(built, model_id: str) -> tuple[list[int], np.ndarray]:
     layers = [r[0] for r in built.query(
-        "SELECT layer FROM int_bootstrap_clusters WHERE model_id = ? ORDER BY cluster_index", [model_id])]
+        "SELECT layer FROM intermediate.int_bootstrap_clusters WHERE model_id = ? ORDER BY cluster_index", [model_id])]
     mult = np.array([r[0] for r in built.query(
-        "SELECT multiplicity FROM int_bootstrap_draws WHERE model_id = ? ORDER BY replicate", [model_id])])
+        "SELECT multiplicity FROM intermediate.int_bootstrap_draws WHERE model_id = ? ORDER BY replicate", [model_id])])
     return layers, mult
 
 
@@ -219,7 +219,7 @@ def test_family_correlations_carry_a_layer_bootstrap_interval(ci_build):
 # reproducibility
 # ------------------------------------------------------------------------------------------
 
-CI_TABLES = ("int_bootstrap_draws", "int_model_metric_replicates", "model_metric_ci",
+CI_TABLES = ("intermediate.int_bootstrap_draws", "intermediate.int_model_metric_replicates", "model_metric_ci",
              "model_comparisons", "family_correlations", "benchmark_correlations", "model_summary")
 
 
@@ -232,6 +232,6 @@ def test_a_rerun_gives_identical_interval_tables(ci_build, tmp_path):
                 log_sink=lambda m: None, dbt_vars=CI_VARS, threads=1)
     again = type(ci_build)(wh, res)
     for table in CI_TABLES:
-        before = ci_build.query(f'SELECT * FROM "{table}" ORDER BY ALL')
-        after = again.query(f'SELECT * FROM "{table}" ORDER BY ALL')
+        before = ci_build.query(f'SELECT * FROM {table} ORDER BY ALL')
+        after = again.query(f'SELECT * FROM {table} ORDER BY ALL')
         assert before and before == after, table

@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from qkwh.analyses.correlation import pearson_pvalue, weighted_pearson
 from qkwh.uncertainty import (
     correlation_with_intervals,
     fisher_interval,
-    p_value,
     pearson,
     percentile_interval,
     stream,
     two_stage_bootstrap_r,
-    weighted_pearson,
 )
 
 
@@ -24,7 +23,7 @@ def test_weighted_pearson_is_pearson_of_the_repeated_points():
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=9), rng.normal(size=9)
     w = rng.integers(0, 4, size=(5, 9)).astype(float)
-    got = weighted_pearson(x, y, w)
+    got = weighted_pearson(x, y, w, min_n=3, if_constant=math.nan)
     for b in range(5):
         reps = w[b].astype(int)
         want = np.corrcoef(np.repeat(x, reps), np.repeat(y, reps))[0, 1]
@@ -51,8 +50,8 @@ def test_p_value_matches_scipy():
     x = rng.normal(size=12)
     y = 0.4 * x + rng.normal(size=12)
     res = stats.pearsonr(x, y)
-    assert p_value(float(res.statistic), 12) == pytest.approx(res.pvalue, rel=1e-9)
-    assert math.isnan(p_value(0.3, 2)) and p_value(-1.0, 5) == 0.0
+    assert pearson_pvalue(float(res.statistic), 12) == pytest.approx(res.pvalue, rel=1e-9)
+    assert math.isnan(pearson_pvalue(0.3, 2)) and pearson_pvalue(-1.0, 5) == 0.0
 
 
 def test_percentile_interval_ignores_undefined_replicates():

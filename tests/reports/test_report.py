@@ -502,3 +502,42 @@ def test_model_colours_are_distinct_shades_of_the_family_colour():
     # models without a family are not grouped: each has its own hue
     assert abs(hue(colours["same (x-1)"]) - hue(colours["same (x-2)"])) > 0.02
     assert look.families == ("Llama3.2", "Qwen3", "unknown")
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def test_taxonomy_thresholds_classes_and_colours_come_from_the_build(report_warehouse, tmp_path):
+    """A build with other --vars (here: the taxonomy_classes mart edited as such a build writes
+    it) draws its own threshold lines, class order, labels and colours: nothing is hard-coded."""
+    from qkwh.reports import pca
+
+    wh = tmp_path / "other_vars.duckdb"
+    shutil.copy(report_warehouse, wh)
+    con = duckdb.connect(str(wh))
+    try:
+        con.execute("UPDATE taxonomy_classes SET taxonomy_low = 0.25, taxonomy_high = 0.8, "
+                    "label = upper(label), color = '#0000' || cast(class_order AS varchar) || '0', "
+                    "class_order = 10 - class_order")
+        want = con.execute("SELECT label, color FROM taxonomy_classes ORDER BY class_order").fetchall()
+    finally:
+        con.close()
+    con = duckdb.connect(str(wh), read_only=True)
+    try:
+        marts = Marts(con, [MODEL])
+        scatter = pca.rq_rk_scatter(marts).to_dict()
+        shares = pca.taxonomy(marts).chart.to_dict()
+    finally:
+        con.close()
+    rules = {d["datum"] for d in _walk(scatter) if isinstance(d.get("datum"), float)}
+    assert rules == {0.25, 0.8, -0.25, -0.8}
+    assert "0.25 / 0.8" in json.dumps(scatter["title"]) and "0.25 / 0.8" in json.dumps(shares["title"])
+    scales = [d for d in _walk(shares) if "range" in d and "domain" in d]
+    assert [(lab, col) for s in scales for lab, col in zip(s["domain"], s["range"])] == want

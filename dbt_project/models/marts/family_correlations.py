@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
-from qkwh.uncertainty import correlation_with_intervals, weighted_pearson
+from qkwh.analyses.correlation import weighted_pearson
+from qkwh.uncertainty import correlation_with_intervals
 
 
 def model(dbt, session):
@@ -67,7 +68,7 @@ def model(dbt, session):
                     if m is not None:
                         w[:, i] = m[:n_boot, clusters[(h["model_id"], h["layer"])]]
                 with threadpool_limits(1):
-                    boot = weighted_pearson(x, y, w, min_n=min_n)
+                    boot = weighted_pearson(x, y, w, min_n=min_n, if_constant=math.nan)
             if fixed and len(fixed) == len(models):
                 note = "no model of the set has min_layers layers: no bootstrap interval"
             elif fixed:

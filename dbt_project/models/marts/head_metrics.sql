@@ -132,8 +132,8 @@ select
     pl.{{ c }}{{ e.suffix }},
     {%- endfor %}
     {%- endfor %}
-    pl.ap_overall - pl.ap_overall_empirical as gauss_gap,
-    pl.ap_drop - pl.ap_drop_empirical as gauss_gap_drop,
+    {{ gauss_gap('pl.ap_overall', 'pl.ap_overall_empirical') }} as gauss_gap,
+    {{ gauss_gap('pl.ap_drop', 'pl.ap_drop_empirical') }} as gauss_gap_drop,
     g.gauss_gap_sampled_se,
     pl_run.q_beta_norm,
     pl_run.q_R2_pos,

@@ -108,11 +108,9 @@ select
     p.qk_sep_pc0,
     p.fisher_pc0,
     p.qk_acc_pc01,
-    p.frac_position_dominated,
-    p.frac_q_positional,
-    p.frac_k_positional,
-    p.frac_content_focused,
-    p.frac_mixed,
+    {%- for t in taxonomy_class_names() %}
+    p.frac_{{ t }},
+    {%- endfor %}
     -- rotation
     r.n_degenerate,
     r.position_r,

@@ -19,7 +19,7 @@ select
     b.ap_bucket_se,
     b.ap_bucket_empirical,
     b.ap_bucket_empirical_se,
-    b.ap_bucket - b.ap_bucket_empirical as gauss_gap,
+    {{ gauss_gap('b.ap_bucket', 'b.ap_bucket_empirical') }} as gauss_gap,
     b.gauss_gap_se,
     {{ depth('b.layer', 'm.num_layers') }} as depth,
     {{ depth_bin('b.layer', 'm.num_layers') }} as depth_bin,

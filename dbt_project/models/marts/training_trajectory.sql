@@ -46,11 +46,9 @@ select
     p.r_k0_sd,
     p.ev0_mean,
     p.ev0_sd,
-    ms.frac_position_dominated,
-    ms.frac_q_positional,
-    ms.frac_k_positional,
-    ms.frac_content_focused,
-    ms.frac_mixed
+    {%- for t in taxonomy_class_names() %}
+    ms.frac_{{ t }}{{ ',' if not loop.last }}
+    {%- endfor %}
 from ms
 join models as m using (model_id)
 left join {{ ref('int_model_rotation') }} as r using (model_id)

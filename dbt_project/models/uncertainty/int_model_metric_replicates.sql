@@ -122,8 +122,8 @@ derived_plasticity as (
 derived as (
     select
         *,
-        ap_overall - ap_overall_empirical as gauss_gap,
-        ap_drop - ap_drop_empirical as gauss_gap_drop
+        {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
+        {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
     from derived_plasticity
 )
 
