@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from qkwh.errors import QkwhError
 from qkwh.paths import DOCS_DIR
@@ -22,8 +23,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# markup is off: messages carry user text and install hints such as pip install 'qkwh[ray]', which
+# rich would read as tags and drop; styled prefixes go through _tagged
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False)
+
+
+def _tagged(tag: str, style: str, text: object) -> Text:
+    """``tag`` in ``style``, then ``text`` as it is (no markup)."""
+    return Text.assemble((tag, style), " ", str(text))
 
 def _print_version(value: bool) -> None:
     if value:
@@ -57,7 +65,7 @@ def _friendly(fn):
         try:
             return fn(*args, **kwargs)
         except QkwhError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(_tagged("error:", "bold red", exc), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted; nothing half-written was kept")
@@ -165,7 +173,7 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
             elif o.report is not None:
                 _print_ingest(o.report)
             else:
-                err.print(f"[red]failed[/] {o.source}: {o.error}", highlight=False, soft_wrap=True)
+                err.print(_tagged("failed", "red", f"{o.source}: {o.error}"), highlight=False, soft_wrap=True)
 
         outcomes = ingest_many(
             sources, **kwargs,
@@ -370,12 +378,12 @@ def _warn_stale(con, *, query: str | None = None, models: list[str] | None = Non
         return
     message = status.staleness(con, models).message()
     if message:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(_tagged("warning:", "yellow", message), highlight=False, soft_wrap=True)
     if query is None:
         for s in status.list_sets(con, models):
             if s.is_current and s.partial:
-                err.print(f"[yellow]warning:[/] {s.model_id}: the current {s.analysis} set {s.label} covers "
-                          f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)",
+                err.print(_tagged("warning:", "yellow", f"{s.model_id}: the current {s.analysis} set {s.label} covers "
+                                  f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)"),
                           highlight=False, soft_wrap=True)
 
 
@@ -401,7 +409,7 @@ def compute(
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
     name: Annotated[Optional[str], typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
     keep_current: Annotated[bool, typer.Option("--keep-current", help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.")] = False,
-    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
+    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -463,7 +471,7 @@ def compute(
               f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
     if report.failures:
         for label, error in report.failures[:10]:
-            err.print(f"[red]failed[/] {label}: {error}", highlight=False)
+            err.print(_tagged("failed", "red", f"{label}: {error}"), highlight=False)
         con = store.connect(wh, read_only=True)
         try:
             missing = store.missing_vector_files(con, scope)
@@ -1045,14 +1053,14 @@ def demo(
                   f"the demo adds or refreshes only {SAMPLE_MODEL_ID}", highlight=False)
     t0 = time.perf_counter()
     rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
-    out.print(f"[bold]ingest[/]  {rep.summary()}")
+    out.print(_tagged("ingest ", "bold", rep.summary()))
     crep = run_compute(wh, models=[rep.model_id])
-    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed (pca, rotation, plasticity), "
-              f"{crep.n_skipped} unchanged, {len(crep.failures)} failed")
+    out.print(_tagged("compute", "bold", f"{crep.n_written} head(s) computed (pca, rotation, plasticity), "
+              f"{crep.n_skipped} unchanged, {len(crep.failures)} failed"))
     if crep.failures:
         raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
     res = run_build(wh)
-    out.print(f"[bold]build[/]   {res.summary}")
+    out.print(_tagged("build  ", "bold", res.summary))
     if plan.replaces_report:
         out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
     rr = render(wh, out=plan.report_dir, models=[rep.model_id])

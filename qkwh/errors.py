@@ -16,6 +16,15 @@ class InputError(QkwhError):
     exit_code = 2
 
 
+class MissingExtraError(InputError):
+    """An optional extra is not installed (exit 2, like other bad input): the message ends with the
+    command that installs it, e.g. ``pip install 'qkwh[ray]'``."""
+
+    def __init__(self, what: str, extra: str):
+        super().__init__(f"{what}: pip install 'qkwh[{extra}]'")
+        self.extra = extra
+
+
 class WarehouseLockedError(QkwhError):
     """Another process holds the warehouse file."""
 
