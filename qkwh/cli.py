@@ -269,8 +269,9 @@ def sql(
 ) -> None:
     """Run a read-only SQL query against the warehouse and print the result.
 
-    The table says how many rows and columns it leaves out and how to see them all; csv and
-    json print the whole result.
+    The table shows floats to 6 significant digits and says how many rows and columns it leaves
+    out and how to see them all; csv and json print the whole result at full precision.  A SQL
+    error is shown whole, with DuckDB's hints (did you mean, candidate bindings).
     """
     from qkwh import store
     from qkwh.errors import InputError, MissingFilesError
@@ -293,15 +294,36 @@ def sql(
         else:
             _print_table(columns, reader, max_rows)
         _warn_stale(con, query=query)
-    except Exception as exc:  # duckdb errors: one line
+    except Exception as exc:  # duckdb errors
         if isinstance(exc, QkwhError):
             raise
         line = str(exc).splitlines()[0]
         if "the vectors of model" in line:  # a model's files are missing (the vectors views)
             raise MissingFilesError(line.split(": ", 1)[-1]) from None
-        raise QkwhError(line) from None
+        raise QkwhError(_sql_error_text(exc)) from None
     finally:
         con.close()
+
+
+def _sql_error_text(exc: Exception) -> str:
+    """DuckDB's whole message: its later lines hold the hints a SQL user needs ("Did you mean
+    "head_metrics"?", "Candidate bindings: ...", the LINE/caret of a syntax error).  Blank lines
+    are dropped; the caret lines keep their indentation."""
+    return "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
+
+
+def _cell(value) -> str:
+    """A value as the table format shows it: floats to 6 significant digits (csv and json keep
+    every digit), NULL for missing values, lists and structs element by element."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _batches(reader):
@@ -356,7 +378,7 @@ def _print_table(columns: list[str], reader, max_rows: int) -> None:
         col.no_wrap = True
         col.max_width = 40
     for row in rows:
-        table.add_row(*["NULL" if v is None else str(v) for v in row])
+        table.add_row(*[_cell(v) for v in row])
     out.print(table)
     cut = []
     if len(rows) < total:

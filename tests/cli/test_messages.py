@@ -78,3 +78,28 @@ def test_missing_capture_extra_says_which_extra_and_is_bad_input(tmp_path, monke
 def test_messages_print_brackets_as_written(warehouse):
     r = cli("sql", "SELECT '[bold]x[/] qkwh[ray]' AS s", "-w", str(warehouse))
     assert r.exit_code == 0 and "[bold]x[/] qkwh[ray]" in r.stdout
+
+
+# --- qkwh sql keeps DuckDB's hints and shows readable floats ----------------------------------
+
+def test_sql_errors_keep_duckdbs_hints(warehouse):
+    r = cli("sql", "SELECT * FROM head_run", "-w", str(warehouse))
+    assert r.exit_code == 1
+    assert 'Did you mean "head_runs"' in r.stderr
+    r = cli("sql", "SELECT model_idd FROM models", "-w", str(warehouse))
+    assert r.exit_code == 1
+    assert "Candidate bindings" in r.stderr and "model_id" in r.stderr.split("Candidate bindings", 1)[1]
+    r = cli("sql", "SELEC 1", "-w", str(warehouse))
+    assert r.exit_code == 1 and "LINE 1: SELEC 1" in r.stderr and "^" in r.stderr
+
+
+def test_sql_table_shows_six_significant_digits_csv_and_json_keep_all(warehouse):
+    q = "SELECT 1/3 AS third, [2/3, 1e-20/3] AS xs, 12345678.9 AS big"
+    r = cli("sql", q, "-w", str(warehouse))
+    assert r.exit_code == 0
+    assert "0.333333 " in r.stdout and "0.3333333333" not in r.stdout
+    assert "[0.666667, 3.33333e-21]" in r.stdout
+    r = cli("sql", "SELECT 1/3 AS third", "-f", "csv", "-w", str(warehouse))
+    assert r.stdout.splitlines()[1] == repr(1 / 3)
+    r = cli("sql", "SELECT 1/3 AS third", "-f", "json", "-w", str(warehouse))
+    assert repr(1 / 3) in r.stdout
