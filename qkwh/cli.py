@@ -220,7 +220,7 @@ def findings(
 ) -> None:
     """Show the data-quality findings stored at ingest (warnings by default)."""
     from qkwh import store
-    from qkwh.errors import NotFoundError
+    from qkwh.errors import NotFoundError, unknown_names
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
@@ -229,7 +229,7 @@ def findings(
     finally:
         con.close()  # closed before any error: a traceback must not keep the file open
     if model_id is not None and model_id not in known:
-        raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
+        raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
     table = Table("model_id", "severity", "check", "file", "detail")
     for r in rows:
         table.add_row(*[str(v) if v is not None else "" for v in r])
@@ -464,9 +464,9 @@ def compute(
 
         check_name(name)
     wh = _existing_warehouse(warehouse)
-    cfg = _named_config(name, wh) if name is not None and config is None and not param else None
+    cfg, covered = _named_config(name, wh) if name is not None and config is None and not param else (None, None)
     cfg = cfg or load_run_config(config, param)
-    names = tuple(_split([analyses]) or []) if analyses is not None else None
+    names = tuple(_split([analyses]) or []) if analyses is not None else covered  # a named set: its analyses
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names, cfg)
@@ -557,18 +557,22 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
 
 
 def _named_config(name: str, warehouse):
-    """The parameters of the set called ``name`` when the warehouse holds it, else None."""
+    """(the parameters of the set called ``name``, the analyses it covers) when the warehouse
+    holds it, else (None, None).  A set may cover only some analyses (`compute --name N -a X`):
+    computing more of it computes those."""
     from qkwh import store
-    from qkwh.runs import config_of
+    from qkwh.compute import registry
+    from qkwh.runs import config_of, resolve
 
     wh = store.resolve_warehouse(warehouse)
     if not wh.exists():
-        return None
+        return None, None
     con = store.connect(wh, read_only=True)
     try:
         if not con.execute("SELECT 1 FROM run_config WHERE name = ?", [name]).fetchone():
-            return None
-        return config_of(con, name)
+            return None, None
+        covered = resolve(con, name)
+        return config_of(con, name), tuple(a for a in registry.names() if a in covered)
     finally:
         con.close()
 
@@ -645,11 +649,17 @@ def runs_use(
 ) -> None:
     """Make a set the one the marts report, for every model holding it (or --model).  Then run
     `qkwh build` to rebuild the marts from it."""
+    from qkwh import store
     from qkwh.runs import use
 
     done = use(warehouse, ref, _split(model), _split(analysis))
+    con = store.connect(warehouse, read_only=True)
+    try:
+        names = dict(con.execute("SELECT config_id, name FROM run_config WHERE name IS NOT NULL").fetchall())
+    finally:
+        con.close()
     for m, a, c in done:
-        out.print(f"{m} {a}: current set is now {c}", highlight=False)
+        out.print(f"{m} {a}: current set is now {names.get(c, c)}", highlight=False)
     out.print("run `qkwh build` to rebuild the marts from it")
 
 
@@ -695,7 +705,8 @@ def runs_diff(
 ) -> None:
     """Compare two sets: per analysis, the parameters and code version in which they differ."""
     from qkwh import store
-    from qkwh.runs import diff
+    from qkwh.params import RunConfig
+    from qkwh.runs import _flatten, diff
 
     con = store.connect(warehouse, read_only=True)
     try:
@@ -704,16 +715,19 @@ def runs_diff(
         con.close()
     table = Table("analysis", "parameter", f"A = {ref_a}", f"B = {ref_b}")
     for d in rows:
-        if d.config_a is None or d.config_b is None:
-            table.add_row(d.analysis, "(no such set)" if d.config_a is None else d.config_a,
-                          d.config_a or "-", d.config_b or "-")
+        if d.config_a is None or d.config_b is None:  # an analysis only one of the sets covers
+            only = "A" if d.config_b is None else "B"
+            default = _flatten(RunConfig().analysis_params(d.analysis))
+            values = " ".join(f"{k}={v}" for k, v in d.only_params.items() if default.get(k) != v) or "defaults"
+            table.add_row(d.analysis, f"(only in {only})", values if only == "A" else "not computed",
+                          values if only == "B" else "not computed")
             continue
         if d.code_a != d.code_b:
             table.add_row(d.analysis, "code_version", str(d.code_a), str(d.code_b))
         for k, va, vb in d.params:
             table.add_row(d.analysis, k, str(va), str(vb))
         if not d.params and d.code_a == d.code_b:
-            table.add_row(d.analysis, "(same parameters)", d.config_a or "", d.config_b or "")
+            table.add_row(d.analysis, "(same parameters)", "same", "same")
     out.print(table)
 
 
@@ -761,7 +775,17 @@ def status(
 # ---------------------------------------------------------------------------------------------
 
 
-@app.command()
+def _synth_help() -> str:
+    from qkwh.synth import SYNTH_KNOBS, knob_defaults
+
+    knobs = "\n".join(f"* {k} = {v:g}: {SYNTH_KNOBS[k]}" for k, v in knob_defaults().items())
+    return ("Write a synthetic sniffed dataset with planted geometry.\n\n"
+            "Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA, "
+            "uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.\n\n"
+            f"Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):\n\n{knobs}")
+
+
+@app.command(help=_synth_help())
 @_friendly
 def synth(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write (sniffer layout).")],
@@ -774,21 +798,19 @@ def synth(
     context_length: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     bucket_size: Annotated[int, typer.Option(help="Uniform bucket size in tokens.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Planted parameter, e.g. --set alpha_k=2e-3 (alpha_q, alpha_k, mu_q_a, mu_k_a, separation, noise_sd, drift_scale, ...).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).")] = None,
 ) -> None:
-    """Write a synthetic sniffed dataset with planted geometry.
-
-    Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA,
-    uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.
-    """
-    from qkwh.errors import InputError
-    from qkwh.synth import write_dataset
+    from qkwh.errors import InputError, did_you_mean
+    from qkwh.synth import SYNTH_KNOBS, write_dataset
 
     planted: dict[str, float] = {}
     for item in set_ or []:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--set {item!r}: expected key=value")
+        if key.strip() not in SYNTH_KNOBS:
+            raise InputError(f"--set: unknown knob {key.strip()!r}{did_you_mean(key.strip(), SYNTH_KNOBS)}; "
+                             f"the knobs are {', '.join(SYNTH_KNOBS)} (`qkwh synth --help`)")
         try:
             planted[key.strip()] = float(value)
         except ValueError:

@@ -103,3 +103,19 @@ def test_sql_table_shows_six_significant_digits_csv_and_json_keep_all(warehouse)
     assert r.stdout.splitlines()[1] == repr(1 / 3)
     r = cli("sql", "SELECT 1/3 AS third", "-f", "json", "-w", str(warehouse))
     assert repr(1 / 3) in r.stdout
+
+
+# --- unknown names get a "did you mean" ------------------------------------------------------
+
+@pytest.mark.parametrize("args, code, says", [
+    (["compute", "-a", "pcaa"], 2, "unknown analysis 'pcaa' (did you mean 'pca'?)"),
+    (["compute", "-m", MODEL + "x"], 4, f"no model '{MODEL}x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})"),
+    (["findings", MODEL[:-1]], 4, f"(did you mean '{MODEL}'?)"),
+    (["remove", MODEL + "x", "--yes"], 4, f"(did you mean '{MODEL}'?)"),
+    (["compute", "-p", "plastcity.empirical=true"], 2, "unknown parameter 'plastcity.empirical' (did you mean 'plasticity.empirical'?)"),
+    (["runs", "use", "bse"], 4, "no parameter set 'bse'"),
+])
+def test_unknown_names_get_a_did_you_mean(warehouse, args, code, says):
+    r = cli(*args, "-w", str(warehouse))
+    assert r.exit_code == code, r.output + r.stderr
+    assert says in r.stderr
