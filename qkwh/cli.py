@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -913,15 +915,54 @@ def build(
 ) -> None:
     """Run `dbt build` on the warehouse (marts and all their tests).
 
-    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Reports clearly
-    when another process holds the warehouse.  Ctrl-C stops it with one line and exit code 130
-    (dbt's own messages stay in its log file).
+    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Shows progress,
+    the nodes that fail or warn, and a summary; dbt's full log is kept in the warehouse's dbt
+    folder (<warehouse name>.dbt/logs/dbt.log, path printed).  Reports clearly when another
+    process holds the warehouse.  Ctrl-C stops it with one line and exit code 130.
     """
     from qkwh.build import build as run
 
-    result = run(_existing_warehouse(warehouse), select=select,
-                 log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
-    out.print(result.summary)
+    wh = _existing_warehouse(warehouse)
+    with _dbt_progress(wh) as sink:
+        result = run(wh, select=select, log_sink=sink)
+    out.print(result.summary, highlight=False)
+    out.print(f"full log: {result.log_path / 'dbt.log'}", highlight=False)
+
+
+_DBT_NODE = re.compile(r"^\s*(\d+) of (\d+) (START|OK|PASS|ERROR|FAIL|WARN|SKIP)\b")
+
+
+@contextlib.contextmanager
+def _dbt_progress(wh: Path):
+    """A log sink for a dbt run: one line when the nodes start (how many, where the full log is),
+    a progress bar on a terminal, and the lines of nodes that fail, warn or are skipped; dbt's
+    other lines stay in its log file."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from qkwh.build import dbt_work_dir
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err, transient=True, disable=not err.is_terminal)
+    state: dict = {}
+
+    def sink(line: str) -> None:
+        m = _DBT_NODE.match(line)
+        if m is None:
+            return
+        total, what = int(m.group(2)), m.group(3)
+        if "task" not in state:
+            err.print(f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
+                      highlight=False, soft_wrap=True)
+            state["task"] = progress.add_task("dbt build", total=total)
+        if what == "START":
+            return
+        progress.advance(state["task"])
+        if what in ("ERROR", "FAIL", "WARN", "SKIP"):
+            progress.console.print(line.strip(), style="red" if what in ("ERROR", "FAIL") else "yellow",
+                                   highlight=False, soft_wrap=True)
+
+    with progress:
+        yield sink
 
 
 @app.command()
@@ -1048,8 +1089,9 @@ def report(
             from qkwh.build import build as run_build
 
             err.print("the marts are stale: rebuilding them first", highlight=False)
-            res = run_build(wh, log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
-            out.print(res.summary)
+            with _dbt_progress(wh) as sink:
+                res = run_build(wh, log_sink=sink)
+            out.print(res.summary, highlight=False)
     con = store.connect(wh, read_only=True)
     try:
         _warn_stale(con, models=_split(models))

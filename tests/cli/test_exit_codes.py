@@ -229,7 +229,7 @@ def test_130_ctrl_c_in_build_prints_one_line(warehouse, tmp_path: Path):
     def read() -> None:
         for line in proc.stderr:
             lines.append(line.rstrip("\n"))
-            if " START " in line:  # dbt is running nodes
+            if line.startswith("dbt: building "):  # dbt is running nodes
                 started.set()
 
     reader = threading.Thread(target=read, daemon=True)

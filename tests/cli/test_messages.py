@@ -119,3 +119,21 @@ def test_unknown_names_get_a_did_you_mean(warehouse, args, code, says):
     r = cli(*args, "-w", str(warehouse))
     assert r.exit_code == code, r.output + r.stderr
     assert says in r.stderr
+
+
+# --- build: progress and a summary, dbt's log in its file -------------------------------------
+
+@pytest.mark.slow
+def test_build_prints_a_summary_and_keeps_dbts_log_in_its_file(warehouse, tmp_path):
+    import shutil
+
+    db = tmp_path / "wh.duckdb"
+    shutil.copy(warehouse, db)
+    r = cli("build", "-w", str(db))
+    assert r.exit_code == 0, r.output + r.stderr
+    log = tmp_path / "wh.dbt" / "logs" / "dbt.log"
+    assert r.stdout.splitlines()[-1] == f"full log: {log}"
+    assert "dbt build ok" in r.stdout
+    assert re.fullmatch(rf"dbt: building \d+ nodes \(full log: {re.escape(str(log))}\)\n", r.stderr), r.stderr
+    assert len(r.stdout.splitlines()) <= 3
+    assert len(log.read_text().splitlines()) > 200  # everything dbt said is kept there
