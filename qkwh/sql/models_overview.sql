@@ -1,6 +1,7 @@
 -- `qkwh models`: one line per model with catalog counts and how many heads each analysis covers
 -- (in its current parameter set; `qkwh runs` lists every set).
 SELECT m.model_id,
+       m.label,
        m.family,
        m.source_kind AS source,
        m.n_files AS files,

@@ -137,3 +137,13 @@ def test_build_prints_a_summary_and_keeps_dbts_log_in_its_file(warehouse, tmp_pa
     assert re.fullmatch(rf"dbt: building \d+ nodes \(full log: {re.escape(str(log))}\)\n", r.stderr), r.stderr
     assert len(r.stdout.splitlines()) <= 3
     assert len(log.read_text().splitlines()) > 200  # everything dbt said is kept there
+
+
+def test_models_shows_the_label(tmp_path):
+    data, db = tmp_path / "d", tmp_path / "wh.duckdb"
+    assert cli("synth", str(data), "--layers", "1", "--q-heads", "1", "--kv-heads", "1", "--head-dim", "8",
+               "--rows", "50").exit_code == 0
+    assert cli("ingest", str(data), "--model-id", "m1", "--label", "My Model", "-w", str(db)).exit_code == 0
+    r = cli("models", "-w", str(db))
+    header = next(line for line in r.stdout.splitlines() if "model_id" in line)
+    assert "label" in header and "My Model" in r.stdout
