@@ -6,6 +6,7 @@ import contextlib
 import functools
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -944,12 +945,16 @@ def _dbt_progress(wh: Path):
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err, transient=True, disable=not err.is_terminal)
     state: dict = {}
+    lock = threading.Lock()  # dbt reports from its worker threads
 
     def sink(line: str) -> None:
         m = _DBT_NODE.match(line)
         if m is None:
             return
-        total, what = int(m.group(2)), m.group(3)
+        with lock:
+            _on_node(line, int(m.group(2)), m.group(3))
+
+    def _on_node(line: str, total: int, what: str) -> None:
         if "task" not in state:
             err.print(f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
                       highlight=False, soft_wrap=True)
@@ -1111,13 +1116,14 @@ def report(
 @app.command()
 @_friendly
 def demo(
-    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
+    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
 ) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 
     Ingest the sample capture (SmolLM2-135M, 12 query heads), compute its heads, build the marts
-    and draw the report, in the demo's own warehouse and report folder unless told otherwise.
+    and draw the report (./reports/demo), then print commands to go on with that work as printed
+    in the same folder.
     In a warehouse holding other models only the sample model is added or refreshed: no model is
     dropped or recomputed, and the file is never deleted.  Everything is checked before anything
     is written.
@@ -1127,7 +1133,7 @@ def demo(
     from qkwh import store
     from qkwh.build import build as run_build
     from qkwh.compute.runner import compute as run_compute
-    from qkwh.demo import SAMPLE_MODEL_ID, prepare
+    from qkwh.demo import SAMPLE_MODEL_ID, next_steps, prepare
     from qkwh.ingest import ingest as run_ingest
     from qkwh.paths import SAMPLE_DIR
     from qkwh.reports.render import render
@@ -1160,10 +1166,13 @@ def demo(
     for r in rows:
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
     out.print(table)
-    out.print(f"warehouse: {wh}")
-    out.print(f"query it:  duckdb -readonly {wh} \"SELECT * FROM model_summary\"")
+    out.print(f"warehouse: {wh}", highlight=False)
+    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)",
+              highlight=False)
     out.print(f"done in {time.perf_counter() - t0:.0f} s")
-    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)")
+    out.print("next, in this folder:")
+    for line in next_steps(wh):
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover - console entry point
