@@ -1175,6 +1175,33 @@ def demo(
         out.print(f"  {line}", highlight=False, soft_wrap=True)
 
 
+def commands_markdown() -> str:
+    """The README's command table, generated from this app: one row per command (and per `runs`
+    subcommand) with the first sentence of its help.  tests/test_docs.py fails when the README's
+    copy drifts; regenerate it with
+    ``python -c "from qkwh.cli import commands_markdown; print(commands_markdown())"``."""
+    import inspect
+
+    def first_sentence(text: str | None) -> str:
+        para = " ".join(inspect.cleandoc(text or "").split("\n\n", 1)[0].split())
+        return re.split(r"(?<=[.?])\s", para, maxsplit=1)[0].rstrip(".").replace("\\[", "[").replace("|", "\\|")
+
+    rows = []
+
+    def walk(typer_app, prefix: str) -> None:
+        for c in typer_app.registered_commands:
+            name = c.name or c.callback.__name__.replace("_", "-")
+            rows.append((f"{prefix}{name}", first_sentence(c.help or c.callback.__doc__)))
+        for g in typer_app.registered_groups:
+            rows.append((f"{prefix}{g.name}", first_sentence(g.typer_instance.info.help)))
+            walk(g.typer_instance, f"{prefix}{g.name} ")
+
+    walk(app, "qkwh ")
+    lines = ["| command | what it does |", "|---|---|"]
+    lines += [f"| `{cmd}` | {text} |" for cmd, text in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
