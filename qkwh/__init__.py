@@ -8,7 +8,7 @@ except PackageNotFoundError:  # pragma: no cover - imported from a source tree t
     __version__ = "0+unknown"
 
 
-def open(path=None):  # noqa: A001 - qkwh.open, like io.open
+def open(path=None):  # qkwh.open, like io.open
     """Open a warehouse read-only for Python: ``qkwh.open("qkwh.duckdb").table("model_summary")``.
 
     ``path`` defaults to ``$QKWH_WAREHOUSE``, else ./qkwh.duckdb; see :mod:`qkwh.warehouse`."""

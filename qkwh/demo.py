@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 from qkwh import store
-from qkwh.errors import InputError
+from qkwh.errors import InputError, QkwhError
 from qkwh.paths import DEFAULT_WAREHOUSE, DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
 
 SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the sample folder is named after its registry model id
@@ -60,7 +62,7 @@ def default_warehouse() -> Path:
         return main
     try:
         con = store.connect(main, read_only=True)
-    except Exception:  # locked, or not a DuckDB file: leave it alone
+    except (QkwhError, duckdb.Error):  # locked, or not a DuckDB file: leave it alone
         return DEMO_WAREHOUSE.expanduser().resolve()
     try:
         tables = set(store.table_names(con))

@@ -4,7 +4,7 @@ non-zero exit code; anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

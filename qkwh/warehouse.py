@@ -17,8 +17,9 @@ Every call opens the file read-only, reads the whole result and closes it again,
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 class Result:
@@ -121,6 +122,6 @@ class Warehouse:
         return f"<qkwh warehouse {self.path} (read-only)>"
 
 
-def open(path: str | os.PathLike[str] | None = None) -> Warehouse:  # noqa: A001 - qkwh.open, like io.open
+def open(path: str | os.PathLike[str] | None = None) -> Warehouse:  # qkwh.warehouse.open, like io.open
     """Open a warehouse read-only: ``path``, else ``$QKWH_WAREHOUSE``, else ./qkwh.duckdb."""
     return Warehouse(path)

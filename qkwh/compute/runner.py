@@ -25,7 +25,7 @@ from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
 from qkwh.compute.writer import BatchWriter, record_configs
-from qkwh.errors import InputError, NotFoundError, QkwhError, WarehouseLockedError, did_you_mean, unknown_names
+from qkwh.errors import InputError, NotFoundError, WarehouseLockedError, did_you_mean, unknown_names
 from qkwh.params import RunConfig
 
 
@@ -106,7 +106,7 @@ def _make_named_set_current(con, config_ids: dict[str, str], models: list[str] |
     rows = con.execute("SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
                        "WHERE list_contains($1, config_id) AND ($2 IS NULL OR list_contains($2, model_id))",
                        [list(config_ids.values()), models or None]).fetchall()
-    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     hits = [[m, a, c, now] for m, a, c in rows if config_ids.get(a) == c]
     if hits:
         con.executemany(store.load_sql("set_current_config"), hits)

@@ -64,15 +64,14 @@ TABLE = _readme_table()
 
 
 def _ok(warehouse, tmp_path):
-    db, _ = warehouse
-    r = cli("models", "-w", str(db))
+    r = cli("models", "-w", str(warehouse[0]))
     assert MODEL in r.stdout
     return r
 
 
 def _analysis_error(warehouse, tmp_path):
     """A head whose query file is gone fails; the others are written."""
-    db, data = warehouse
+    _, data = warehouse
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)
     db2 = tmp_path / "wh2.duckdb"

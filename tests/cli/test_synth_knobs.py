@@ -9,7 +9,13 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from qkwh.cli import app
-from qkwh.synth import SYNTH_KNOBS, knob_defaults, knobs_markdown, make_head, write_dataset
+from qkwh.synth import (
+    SYNTH_KNOBS,
+    knob_defaults,
+    knobs_markdown,
+    make_head,
+    write_dataset,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
