@@ -21,8 +21,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from qkwh.errors import did_you_mean
-
 CovMode = Literal["full", "diag", "global_diag"]
 Eligibility = Literal["position", "strict_bucket"]
 PairsMode = Literal["sampled", "exhaustive"]
@@ -150,11 +148,10 @@ class RunConfig:
                 allowed = {f.name for f in dataclasses.fields(params_cls)}
                 for k in (value or {}):
                     if k not in allowed:
-                        raise ValueError(f"unknown run-config key {key}.{k!r}{did_you_mean(k, sorted(allowed))}")
+                        raise ValueError(f"unknown run-config key {key}.{k!r}")
                 sections[key] = params_cls(**(value or {}))
             else:
-                raise ValueError(f"unknown run-config key {key!r}"
-                                 f"{did_you_mean(key, ['seed', 'max_tokens_per_head', *reg.names()])}")
+                raise ValueError(f"unknown run-config key {key!r}")
         params = tuple((name, sections.get(name) or reg.get(name).default_params()) for name in reg.names())
         cfg = cls(**kwargs, params=params)
         cfg.validate()
@@ -166,17 +163,16 @@ class RunConfig:
         String values are converted to the type of the field they replace.
         """
         data = self.to_dict()
-        known = _dotted_keys(data)
         for dotted, raw in overrides.items():
             parts = dotted.split(".")
             node = data
             for p in parts[:-1]:
                 if p not in node or not isinstance(node[p], dict):
-                    raise ValueError(f"unknown parameter {dotted!r}{did_you_mean(dotted, known)}")
+                    raise ValueError(f"unknown parameter {dotted!r}")
                 node = node[p]
             leaf = parts[-1]
             if leaf not in node or isinstance(node[leaf], dict):
-                raise ValueError(f"unknown parameter {dotted!r}{did_you_mean(dotted, known)}")
+                raise ValueError(f"unknown parameter {dotted!r}")
             node[leaf] = _coerce(raw, node[leaf], dotted)
         return RunConfig.from_dict(data)
 
@@ -236,14 +232,6 @@ def _check_field(name: str, value: Any, f: dataclasses.Field, hint: Any) -> None
 def pair_seed(seed: int, layer: int, q_head: int) -> int:
     """Seed of a head's pair sampler: ``seed + 10007*layer + 379*q_head``."""
     return int(seed) + 10007 * int(layer) + 379 * int(q_head)
-
-
-def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
-    """Every settable key of a run config as ``-p`` spells it, e.g. ``plasticity.cov_mode``."""
-    keys = []
-    for k, v in data.items():
-        keys += _dotted_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
-    return keys
 
 
 def _coerce(raw: Any, current: Any, name: str) -> Any:
