@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from qkwh import store
 from qkwh.analyses import registry
-from qkwh.errors import InputError, NotFoundError, QkwhError
+from qkwh.errors import InputError, NotFoundError, QkwhError, unknown_names
 from qkwh.params import RunConfig
 
 
@@ -73,9 +73,8 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
             return dict(hits)
         if len(hits) > 1:
             raise InputError(f"parameter set {ref!r} is ambiguous: {', '.join(sorted(c for _, c in hits))}")
-    known = con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()
-    raise NotFoundError(f"no parameter set {ref!r} (have: {', '.join(k for (k,) in known) or 'none'}; "
-                        "see `qkwh runs`)")
+    known = [k for (k,) in con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()]
+    raise NotFoundError(unknown_names("parameter set", [ref], known) + "; see `qkwh runs`")
 
 
 def config_of(con: duckdb.DuckDBPyConnection, ref: str) -> RunConfig:
@@ -191,6 +190,8 @@ class SetDiff:
     params: list[tuple[str, object, object]]  # (parameter, value in A, value in B) that differ
     code_a: str | None
     code_b: str | None
+    # an analysis only one set covers: that set's parameters of the analysis (name -> value)
+    only_params: dict[str, object] = field(default_factory=dict)
 
 
 def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff]:
@@ -205,7 +206,9 @@ def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff
         pa_ = _flatten(info[ca][1]) if ca else {}
         pb_ = _flatten(info[cb][1]) if cb else {}
         changed = [(k, pa_.get(k), pb_.get(k)) for k in sorted(set(pa_) | set(pb_)) if pa_.get(k) != pb_.get(k)]
-        out.append(SetDiff(analysis, ca, cb, changed, info[ca][0] if ca else None, info[cb][0] if cb else None))
+        only = {} if ca and cb else {k: v for k, v in sorted((pa_ or pb_).items()) if k.startswith(f"{analysis}.")}
+        out.append(SetDiff(analysis, ca, cb, changed, info[ca][0] if ca else None, info[cb][0] if cb else None,
+                           only))
     return out
 
 
