@@ -254,28 +254,31 @@ def remove(
 @app.command()
 @_friendly
 def sql(
-    query: Annotated[str, typer.Argument(help="A SQL query (the warehouse is opened read-only).")],
+    query: Annotated[str, typer.Argument(help="One SQL query: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW or SUMMARIZE (the warehouse is opened read-only; nothing is written).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table (for reading), csv or json (every row and column, for other tools).")] = "table",
     max_rows: Annotated[int, typer.Option("--max-rows", "-n", help="With --format table: rows shown (0 = all). csv and json always hold every row.")] = 40,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run a read-only SQL query against the warehouse and print the result.
+    """Run one read-only SQL query against the warehouse and print the result.
 
-    The table says how many rows and columns it leaves out and how to see them all; csv and
-    json print the whole result.
+    Exactly one query statement runs; it may read local files but never writes one (COPY,
+    EXPORT, ATTACH, INSTALL, SET and every other kind of statement are refused, exit 2; see
+    docs/guarantees.md).  The table says how many rows and columns it leaves out and how to see
+    them all; csv and json print the whole result.
     """
     from qkwh import store
     from qkwh.errors import InputError, MissingFilesError
+    from qkwh.readonly import check_query, lock_down
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(f"--format must be table, csv or json, not {fmt!r}")
     if max_rows < 0:
         raise InputError(f"--max-rows must be 0 (all) or a positive number, not {max_rows}")
+    check_query(query)
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        lock_down(con)
         rel = con.sql(query)
-        if rel is None:
-            return
         columns = list(rel.columns)
         reader = rel.to_arrow_reader(10_000)
         if fmt == "csv":
