@@ -592,7 +592,7 @@ def _runs_list(model, warehouse) -> None:
     from qkwh import store
     from qkwh.runs import list_sets
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         sets = list_sets(con, _split(model))
     finally:
@@ -641,7 +641,7 @@ def runs_drop(
     from qkwh.runs import drop, drop_plan
 
     models = _split(model)
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         counts = drop_plan(con, ref, models)
     finally:
@@ -670,7 +670,7 @@ def runs_diff(
     from qkwh import store
     from qkwh.runs import diff
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         rows = diff(con, ref_a, ref_b)
     finally:
@@ -701,7 +701,7 @@ def status(
     from qkwh import status as st
     from qkwh import store
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         models, staleness = st.status(con)
         wanted = _split(model)

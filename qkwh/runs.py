@@ -54,6 +54,15 @@ def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]
 
 
+def _existing(warehouse: str | Path | None) -> Path:
+    """The warehouse file, which must exist (commands on parameter sets never create one)."""
+    wh = store.resolve_warehouse(warehouse)
+    if not wh.is_file():
+        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
+                            "(or set $QKWH_WAREHOUSE)")
+    return wh
+
+
 def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
     """analysis -> config_id of the set ``ref`` (a name, a config_id or a unique prefix of one).
 
@@ -102,9 +111,10 @@ def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
     (or only ``models``), for its analyses (or only ``analyses``).  Run `qkwh build` afterwards.
 
     Returns the (model_id, analysis, config_id) made current.  A model asked for that holds no
-    row of the set raises :class:`NotFoundError`; nothing is changed then.
+    row of the set raises :class:`NotFoundError`; nothing is changed then (and a missing
+    warehouse file is not created).
     """
-    con = store.connect(warehouse)
+    con = store.connect(_existing(warehouse))
     try:
         ids = resolve(con, ref)
         if analyses:
@@ -154,7 +164,7 @@ def drop(warehouse: str | Path | None, ref: str, models: list[str] | None = None
     The set's run_config rows go too once no model holds rows of it.  Refuses (see
     :func:`drop_plan`) a set that is current anywhere in scope.  Returns rows deleted per table.
     """
-    con = store.connect(warehouse)
+    con = store.connect(_existing(warehouse))
     try:
         counts = drop_plan(con, ref, models)
         ids = resolve(con, ref)
