@@ -703,6 +703,7 @@ def status(
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        con.execute("SET python_enable_replacements = false")  # a table name never finds a Python variable
         models, staleness = st.status(con)
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]
