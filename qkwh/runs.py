@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,11 +67,15 @@ def _existing(warehouse: str | Path | None) -> Path:
 def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
     """analysis -> config_id of the set ``ref`` (a name, a config_id or a unique prefix of one).
 
+    Resolution order: a name; then an exact config_id; then a unique config_id prefix of at
+    least 4 characters.  Names never look like config_ids (:func:`check_name`); a hex-looking
+    name an older qkwh accepted is tried last, so ``ref`` hex digits always mean a config_id.
+
     Raises :class:`NotFoundError` naming the known sets when nothing matches, and
     :class:`InputError` when a prefix is ambiguous.
     """
     named = con.execute("SELECT analysis, config_id FROM run_config WHERE name = ?", [ref]).fetchall()
-    if named:
+    if named and not looks_like_config_id(ref):
         return dict(named)
     exact = con.execute("SELECT analysis, config_id FROM run_config WHERE config_id = ?", [ref]).fetchall()
     if exact:
@@ -82,6 +87,8 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
             return dict(hits)
         if len(hits) > 1:
             raise InputError(f"parameter set {ref!r} is ambiguous: {', '.join(sorted(c for _, c in hits))}")
+    if named:  # a hex-looking name given before such names were refused, and no config_id matches
+        return dict(named)
     known = con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()
     raise NotFoundError(f"no parameter set {ref!r} (have: {', '.join(k for (k,) in known) or 'none'}; "
                         "see `qkwh runs`)")
@@ -219,15 +226,22 @@ def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff
     return out
 
 
-def check_name(name: str) -> str:
-    """A set name is an identifier: letters, digits, '.', '_', '-' (at most 64 characters)."""
-    import re
+def looks_like_config_id(ref: str) -> bool:
+    """Whether ``ref`` could be a config_id or a prefix :func:`resolve` accepts (4 or more hex
+    digits)."""
+    return re.fullmatch(r"[0-9a-fA-F]{4,}", ref or "") is not None
 
+
+def check_name(name: str) -> str:
+    """A set name is an identifier: letters, digits, '.', '_', '-' (at most 64 characters), and
+    never something that reads as a config_id or a prefix of one (4 or more hex digits, e.g.
+    ``d717`` or ``2024``), so a name can never hide a config_id."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name or ""):
         raise InputError(f"parameter-set name {name!r}: use letters, digits, '.', '_' and '-' "
                          "(starting with a letter or digit, at most 64 characters)")
-    if re.fullmatch(r"[0-9a-f]{16}", name):
-        raise InputError(f"parameter-set name {name!r} looks like a config_id; choose another")
+    if looks_like_config_id(name):
+        raise InputError(f"parameter-set name {name!r} reads as a config_id prefix (only hex digits): "
+                         "choose a name with another letter, e.g. 'run-" + name + "'")
     return name
 
 
