@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from qkwh.columns import as_arrow
-from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
+from qkwh.errors import NotAWarehouseError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
 
 log = logging.getLogger("qkwh.store")
@@ -110,9 +110,10 @@ def _check_is_warehouse(con: duckdb.DuckDBPyConnection, wh: Path, *, read_only: 
                                        "WHERE table_catalog = current_database()").fetchall()}
     if set(WAREHOUSE_MARKERS) <= names or (not names and not read_only):
         return
-    what = "an empty DuckDB database" if not names else "a DuckDB database without the qkwh catalog (models, files, heads)"
-    raise NotFoundError(f"{wh} is not a qkwh warehouse: it is {what}; nothing was written. Pass the "
-                        "warehouse with --warehouse (or $QKWH_WAREHOUSE), or `qkwh ingest SOURCE` into a new file")
+    what = "an empty DuckDB database" if not names else "a DuckDB database without qkwh's tables (models, files, heads)"
+    raise NotAWarehouseError(f"{wh} is not a qkwh warehouse: it is {what}; nothing was written. Pass the "
+                             "warehouse with --warehouse (or $QKWH_WAREHOUSE), or `qkwh ingest SOURCE` into a new "
+                             "file", empty=not names)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Commands check the warehouse before they write (issue 23, items 9 and 12).
 
 A missing path is never created by a command that needs data, and a DuckDB file that is not a
-qkwh warehouse (someone else's database) is refused with one line and exit 4, without a table
+qkwh warehouse (someone else's database) is refused with one line and exit 2, without a table
 added to it; `qkwh status` on it no longer fails with a NoneType message.
 """
 
@@ -49,7 +49,7 @@ def test_a_foreign_duckdb_file_is_refused_untouched(foreign: Path, tmp_path: Pat
     before = snapshot(foreign)
     extra = ["-o", str(tmp_path / "report")] if args == ["report"] else []
     r = runner.invoke(app, [*args, *extra, "-w", str(foreign)])
-    assert r.exit_code == 4, r.output
+    assert r.exit_code == 2, r.output
     assert f"{foreign} is not a qkwh warehouse" in r.stderr and "Traceback" not in r.output
     assert "NoneType" not in r.output
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -71,4 +71,4 @@ def test_an_empty_duckdb_file_is_not_a_warehouse_to_read(tmp_path: Path):
     db = tmp_path / "empty.duckdb"
     duckdb.connect(str(db)).close()
     r = runner.invoke(app, ["status", "-w", str(db)])
-    assert r.exit_code == 4 and "is not a qkwh warehouse: it is an empty DuckDB database" in r.stderr
+    assert r.exit_code == 2 and "is not a qkwh warehouse: it is an empty DuckDB database" in r.stderr
