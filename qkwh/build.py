@@ -175,9 +175,16 @@ def _start_build(warehouse: Path) -> str | None:
 
 
 def _finish_build(warehouse: Path, build_id: str) -> None:
+    """Close the build's record.  Best effort: when it fails (the warehouse locked by another
+    process right after dbt, say), the build stays marked running, which the next build closes
+    and staleness treats like a build that was killed; the build's own outcome is reported."""
     from qkwh import status, store
 
-    con = store.connect(warehouse)
+    try:
+        con = store.connect(warehouse)
+    except QkwhError as exc:
+        log.warning("could not close the record of build %s: %s", build_id, exc)
+        return
     try:
         status.finish_build(con, build_id)
     finally:

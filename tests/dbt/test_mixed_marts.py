@@ -120,3 +120,29 @@ def test_interrupted_build_leaves_marts_that_are_told_stale(two_sets: Path, tmp_
     con.close()
     r = cli("status", "-w", str(db))
     assert "up to date" in r.stdout and "stale" not in r.stderr
+
+
+def test_a_build_whose_inputs_changed_before_dbt_ran_gets_unknown_inputs(two_sets: Path, tmp_path: Path):
+    """Another process writing between the build's record and dbt taking the file: the tables of
+    that build may hold either state, so the build's inputs become unknown (its tables stale)."""
+    from qkwh.status import finish_build, start_build
+
+    db = tmp_path / "wh.duckdb"
+    shutil.copy(two_sets, db)
+    con = store.connect(db)
+    try:
+        unchanged = start_build(con)
+        con.execute("INSERT INTO mart_relations VALUES ('model_summary', ?)", [unchanged])  # as dbt does
+        finish_build(con, unchanged)
+        changed = start_build(con)
+        con.execute("INSERT INTO mart_relations VALUES ('head_metrics', ?)", [changed])
+    finally:
+        con.close()
+    use(db, "base")  # s1 was current when the build was recorded
+    con = store.connect(db)
+    try:
+        finish_build(con, changed)
+        rows = dict(con.execute("SELECT build_id, inputs_json FROM mart_builds WHERE NOT running").fetchall())
+    finally:
+        con.close()
+    assert rows[changed] == "null" and MODEL in rows[unchanged]
