@@ -59,7 +59,8 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     :class:`WarehouseLockedError` is raised with one line.  A writable open applies the schema
     and migrates tables created with older keys (:func:`migrate`) unless ``schema`` is False.
     Every open but ``schema=False`` also brings the ``vectors`` views up to date with the files
-    (:func:`refresh_vectors_view`).
+    (:func:`refresh_vectors_view`), after refusing a DuckDB file that is not a qkwh warehouse
+    (:class:`~qkwh.errors.NotAWarehouseError`) before anything is written to it.
     """
     wh = resolve_warehouse(path)
     if read_only and not wh.exists():
