@@ -46,7 +46,8 @@ def check_query(query: str) -> None:
                          "time (nothing was run)")
     kind = statements[0].type
     if kind not in ALLOWED:
-        name = {"LOAD": "INSTALL/LOAD"}.get(kind.name, kind.name)
+        name = {"LOAD": "INSTALL/LOAD",
+                "MULTI": "multi-statement (e.g. a PIVOT without `IN (...)` values)"}.get(kind.name, kind.name)
         raise InputError(f"`qkwh sql` only reads: a {name} statement is refused (one SELECT, WITH, FROM, "
                          "VALUES, DESCRIBE, SHOW or SUMMARIZE query; nothing was run)")
 
