@@ -266,29 +266,33 @@ def remove(
 @app.command()
 @_friendly
 def sql(
-    query: Annotated[str, typer.Argument(help="A SQL query (the warehouse is opened read-only).")],
+    query: Annotated[str, typer.Argument(help="One SQL query: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW or SUMMARIZE (the warehouse is opened read-only; nothing is written).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table (for reading), csv or json (every row and column, for other tools).")] = "table",
     max_rows: Annotated[int, typer.Option("--max-rows", "-n", help="With --format table: rows shown (0 = all). csv and json always hold every row.")] = 40,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run a read-only SQL query against the warehouse and print the result.
+    """Run one read-only SQL query against the warehouse and print the result.
 
-    The table shows floats to 6 significant digits and says how many rows and columns it leaves
-    out and how to see them all; csv and json print the whole result at full precision.  A SQL
-    error is shown whole, with DuckDB's hints (did you mean, candidate bindings).
+    Exactly one query statement runs; it may read local files but never writes one (COPY,
+    EXPORT, ATTACH, INSTALL, SET and every other kind of statement are refused, exit 2; see
+    docs/guarantees.md).  The table shows floats to 6 significant digits and says how many rows
+    and columns it leaves out and how to see them all; csv and json print the whole result at
+    full precision.  A SQL error is shown whole, with DuckDB's hints (did you mean, candidate
+    bindings).
     """
     from qkwh import store
     from qkwh.errors import InputError, MissingFilesError
+    from qkwh.readonly import check_query, lock_down
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(f"--format must be table, csv or json, not {fmt!r}")
     if max_rows < 0:
         raise InputError(f"--max-rows must be 0 (all) or a positive number, not {max_rows}")
+    check_query(query)
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        lock_down(con)
         rel = con.sql(query)
-        if rel is None:
-            return
         columns = list(rel.columns)
         reader = rel.to_arrow_reader(10_000)
         if fmt == "csv":
@@ -627,7 +631,7 @@ def _runs_list(model, warehouse) -> None:
     from qkwh import store
     from qkwh.runs import list_sets
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         sets = list_sets(con, _split(model))
     finally:
@@ -682,7 +686,7 @@ def runs_drop(
     from qkwh.runs import drop, drop_plan
 
     models = _split(model)
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         counts = drop_plan(con, ref, models)
     finally:
@@ -712,7 +716,7 @@ def runs_diff(
     from qkwh.params import RunConfig
     from qkwh.runs import _flatten, diff
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         rows = diff(con, ref_a, ref_b)
     finally:
@@ -746,8 +750,9 @@ def status(
     from qkwh import status as st
     from qkwh import store
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        con.execute("SET python_enable_replacements = false")  # a table name never finds a Python variable
         models, staleness = st.status(con)
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from qkwh import store
-from qkwh.errors import InputError, QkwhError
+from qkwh.errors import InputError, NotAWarehouseError, QkwhError
 from qkwh.paths import DEFAULT_WAREHOUSE, DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
 
 SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the sample folder is named after its registry model id
@@ -121,7 +121,12 @@ def check_report_dir(report_dir: Path) -> bool:
 
 
 def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
-    con = store.connect(wh, read_only=True)
+    try:
+        con = store.connect(wh, read_only=True)
+    except NotAWarehouseError as exc:  # an empty DuckDB file becomes the demo's warehouse
+        if exc.empty:
+            return (), False
+        raise
     try:
         tables = set(store.table_names(con))
         if not tables:

@@ -42,6 +42,15 @@ class MissingExtraError(InputError):
         self.extra = extra
 
 
+class NotAWarehouseError(InputError):
+    """The file given as the warehouse is a DuckDB database but not a qkwh warehouse (``empty``:
+    it holds no table at all)."""
+
+    def __init__(self, message: str, *, empty: bool = False) -> None:
+        super().__init__(message)
+        self.empty = empty
+
+
 class WarehouseLockedError(QkwhError):
     """Another process holds the warehouse file."""
 

@@ -139,6 +139,10 @@ def compute(
     this one).  Batches hold up to ``batch_heads`` heads and are written at least every
     ``batch_seconds`` while results arrive.
     """
+    if name is not None:
+        from qkwh.runs import check_name
+
+        check_name(name)
     config = (config or RunConfig()).resolved()
     try:
         config.validate()

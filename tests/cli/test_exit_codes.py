@@ -127,6 +127,29 @@ def _deletion_without_yes(warehouse, tmp_path):
     return r
 
 
+def _sql_not_one_query(warehouse, tmp_path):
+    target = tmp_path / "out.csv"
+    r = cli("sql", f"COPY (SELECT 1) TO '{target}'", "-w", str(warehouse[0]))
+    assert not target.exists()
+    return r
+
+
+def _foreign_duckdb_file(warehouse, tmp_path):
+    import duckdb
+
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE notes (x INTEGER)")
+    con.close()
+    r = cli("status", "-w", str(other))
+    con = duckdb.connect(str(other), read_only=True)
+    try:
+        assert [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()] == ["notes"]
+    finally:
+        con.close()
+    return r
+
+
 def _locked(warehouse, tmp_path):
     db, _ = warehouse
     holder = subprocess.Popen(
@@ -190,6 +213,8 @@ SITUATIONS = {
     "a missing optional extra (`--executor ray` without Ray)": _missing_extra,
     "input data that is not a captured dataset": _not_a_dataset,
     "a deletion without `--yes` when stdin is not a terminal": _deletion_without_yes,
+    "a `qkwh sql` statement that is not one query (`COPY ... TO`)": _sql_not_one_query,
+    "a DuckDB file that is not a qkwh warehouse": _foreign_duckdb_file,
     "another process holding the warehouse": _locked,
     "an unknown model": _unknown_model,
     "no warehouse file": _no_warehouse,
