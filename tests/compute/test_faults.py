@@ -1,0 +1,202 @@
+"""What kill -9, Ctrl-C, a full disk, a read-only folder, a hand-altered table and a second
+compute through a hard link do to `qkwh compute`: every fault gets one line and its exit code,
+no process outlives the compute, and the warehouse keeps whole heads only (a rerun completes
+and equals an uninterrupted run).
+
+Processes are driven to the point of the fault by events (children in /proc, a marker file
+written by the writer's test hook, the lock file), never by fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from qkwh.cli import app
+from tests.conftest import snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "synth-faults"
+RESULT_TABLES = ("pca_heads", "rotation_heads", "plasticity_heads")
+pytestmark = pytest.mark.slow
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "QKWH_WAREHOUSE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+def _qkwh(*args: str) -> list[str]:
+    return [sys.executable, "-m", "qkwh.cli", *args]
+
+
+def _wait_for(what: str, check, timeout: float = 300.0, proc: subprocess.Popen | None = None):
+    """Poll ``check()`` until it returns something truthy (bounded; the machine may be loaded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended (code {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory) -> Path:
+    """A warehouse with one synthetic model, ingested and not computed: 32 heads of 4000 rows,
+    enough to keep two workers busy for several seconds."""
+    tmp = tmp_path_factory.mktemp("faults")
+    data, db = tmp / MODEL, tmp / "ingested.duckdb"
+    runner = CliRunner()
+    for args in (["synth", str(data), "--layers", "4", "--q-heads", "8", "--kv-heads", "2", "--head-dim", "64",
+                  "--rows", "4000"],
+                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output + r.stderr
+    gc.collect()  # connections held by the in-process CLI's tracebacks
+    return db
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ingested: Path, tmp_path_factory) -> dict[str, list[tuple]]:
+    """The result tables of a compute that nobody disturbed."""
+    db = tmp_path_factory.mktemp("faults-ref") / "ref.duckdb"
+    shutil.copy(ingested, db)
+    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return _results(db)
+
+
+def _results(db: Path) -> dict[str, list[tuple]]:
+    """Every row of the result tables, without the timing columns of head_runs."""
+    snap = snapshot(db)
+    return {t: rows for t, rows in snap.items()
+            if t.startswith(("pca_", "rotation_", "plasticity_")) or t in ("current_config",)}
+
+
+def _assert_whole_heads(db: Path) -> set[tuple]:
+    """Every head in head_runs is in every head table, and no head table has a head that head_runs
+    lacks: a head is whole or absent.  Returns the heads written."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        done = {analysis: set(con.execute("SELECT layer, q_head FROM head_runs WHERE analysis = ?",
+                                          [analysis]).fetchall()) for analysis in ("pca", "rotation", "plasticity")}
+        for table in RESULT_TABLES:
+            present = set(con.execute(f"SELECT DISTINCT layer, q_head FROM {table}").fetchall())
+            assert present == done[table.split("_")[0]], table
+    finally:
+        con.close()
+    return done["pca"] | done["rotation"] | done["plasticity"]
+
+
+def _rerun_equals(db: Path, reference: dict[str, list[tuple]]) -> None:
+    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _results(db) == reference
+
+
+def _one_error_line(stderr: str) -> str:
+    """The stderr of a failed command: no traceback, and exactly one ``error:`` line."""
+    assert "Traceback" not in stderr and "Error:" not in stderr.replace("error:", ""), stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, stderr[-3000:]
+    return errors[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# kill -9: the pool's workers and resource tracker end with the compute
+# ---------------------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, parent pid, start time) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1]), fields[19]
+
+
+def _children(pid: int) -> dict[int, tuple[str, str]]:
+    """pid -> (start time, command line) of the live children of ``pid``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        st = _stat(int(entry.name))
+        if st is None or st[1] != pid or st[0] == "Z":
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found[int(entry.name)] = (st[2], cmdline)
+    return found
+
+
+def _alive(pid: int, start: str) -> bool:
+    """The process started at ``start`` still runs (a zombie nobody reaps counts as ended; a
+    reused pid is another process)."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and st[2] == start
+
+
+def _has_numpy(pid: int) -> bool:
+    try:
+        return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers in /proc (Linux)")
+def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path, tmp_path: Path):
+    db = tmp_path / "wh.duckdb"
+    shutil.copy(ingested, db)
+    log = (tmp_path / "stderr.txt").open("w")
+    proc = subprocess.Popen(_qkwh("compute", "-w", str(db), "-j", "2"), cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=log)
+    children: dict[int, tuple[str, str]] = {}
+    try:
+        def busy():  # two workers running tasks (numpy loaded) and the resource tracker
+            kids = _children(proc.pid)
+            workers = [p for p, (_, cmd) in kids.items() if "spawn_main" in cmd and _has_numpy(p)]
+            tracker = [p for p, (_, cmd) in kids.items() if "resource_tracker" in cmd]
+            return kids if len(workers) == 2 and tracker else None
+
+        children = _wait_for("two busy workers", busy, proc=proc)
+        proc.kill()
+        assert proc.wait(60) == -signal.SIGKILL  # killed while computing, not finished
+        survivors = lambda: [p for p, (start, _) in children.items() if _alive(p, start)]  # noqa: E731
+        try:
+            _wait_for("the workers to end", lambda: not survivors(), timeout=60)
+        except AssertionError:
+            pytest.fail(f"processes outlived the killed compute: "
+                        f"{[children[p][1][:80] for p in survivors()]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid, (start, _) in children.items():  # never leave our orphans behind
+            if _alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+    _assert_whole_heads(db)
