@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from qkwh.errors import QkwhError
+from qkwh.errors import QkwhError, is_interrupt
 from qkwh.paths import DOCS_DIR
 
 app = typer.Typer(
@@ -59,7 +59,9 @@ def _friendly(fn):
         except QkwhError as exc:
             err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError) as exc:
+            if not is_interrupt(exc):  # DuckDB raises RuntimeError for a Ctrl-C during a statement
+                raise
             err.print("interrupted; nothing half-written was kept")
             raise typer.Exit(130) from None
 

@@ -24,7 +24,7 @@ from qkwh.compute import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
-from qkwh.compute.writer import BatchWriter, record_configs
+from qkwh.compute.writer import BatchWriter, record_configs, warehouse_errors
 from qkwh.errors import InputError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.params import RunConfig
 
@@ -141,19 +141,20 @@ def compute(
     code_versions = {a: code_version(a) for a in analyses}
     config_ids = {a: config.fingerprint(a, code_versions[a]) for a in analyses}
     with compute_lock(wh):
-        con = store.connect(wh)
-        try:
-            units = load_units(con, models)
-            done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
-                    con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
-            catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
-            tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
-            report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
-                                   code_version=code_version(), name=name)
-            with store.transaction(con):
-                record_configs(con, config, config_ids, code_versions, name)
-        finally:
-            con.close()  # readers get in while the workers compute
+        with warehouse_errors(wh):
+            con = store.connect(wh)
+            try:
+                units = load_units(con, models)
+                done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
+                        con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
+                catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
+                tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
+                report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
+                                       code_version=code_version(), name=name)
+                with store.transaction(con):
+                    record_configs(con, config, config_ids, code_versions, name)
+            finally:
+                con.close()  # readers get in while the workers compute
         if on_start:
             on_start(report.n_planned)
         if not tasks:

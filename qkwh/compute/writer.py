@@ -17,10 +17,12 @@ nothing).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import duckdb
@@ -29,7 +31,7 @@ import pyarrow as pa
 from qkwh import store
 from qkwh.compute import registry
 from qkwh.compute.work import HeadOutcome
-from qkwh.errors import InputError, QkwhError
+from qkwh.errors import InputError, QkwhError, is_interrupt
 from qkwh.params import RunConfig
 
 
@@ -134,10 +136,40 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         if current:
             sql = store.load_sql("set_current_config" if make_current else "set_current_config_if_missing")
             con.executemany(sql, [[m, a, config_ids[a], now] for m, a in current])
+        _test_hold_commit(con)
     previous.update(written)
     if made_current is not None:
         made_current.update(current)
     return len(outcomes)
+
+
+@contextlib.contextmanager
+def warehouse_errors(warehouse: str | Path | None) -> Iterator[None]:
+    """Raise what the user should see for an error of compute's reads and writes of
+    ``warehouse``: KeyboardInterrupt for a Ctrl-C that DuckDB caught (it raises RuntimeError);
+    any other error as it is."""
+    try:
+        yield
+    except Exception as exc:
+        if is_interrupt(exc):
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
+    """Test-only hook (tests/compute/test_faults.py), off unless ``$QKWH_TEST_HOLD_COMMIT`` names a
+    file: the batch's transaction, complete but not yet committed, creates that file and runs a
+    statement that lasts until the process is interrupted (the file is removed when it ends), so
+    a test can press Ctrl-C while DuckDB works inside the commit."""
+    marker = os.environ.get("QKWH_TEST_HOLD_COMMIT")
+    if marker:  # one DuckDB thread: the one that checks for Ctrl-C runs the statement
+        con.execute("SET enable_progress_bar = false; SET threads TO 1")
+        try:
+            Path(marker).touch()
+            con.execute("SELECT count(*) FROM range(9223372036854775807)")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
 
 
 def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
@@ -205,15 +237,21 @@ class BatchWriter:
         if not batch:
             return 0
         t0 = time.perf_counter()
-        con = store.connect(self.warehouse, wait=self.lock_wait, schema=False)
         try:
-            if self.threads:
-                con.execute(f"SET threads TO {int(self.threads)}")
-            self._check_catalog(con, {o.unit.model_id for o in batch})
-            n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
-                            made_current=self.made_current)
+            with warehouse_errors(self.warehouse):
+                con = store.connect(self.warehouse, wait=self.lock_wait, schema=False)
+                try:
+                    if self.threads:
+                        con.execute(f"SET threads TO {int(self.threads)}")
+                    self._check_catalog(con, {o.unit.model_id for o in batch})
+                    n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
+                                    made_current=self.made_current)
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the first error is the one to report
+                        con.close()
+                    raise
+                con.close()
         finally:
-            con.close()
             self.seconds += time.perf_counter() - t0
             self._last = time.monotonic()
         self.n_written += n
