@@ -33,6 +33,7 @@ from qkwh.compute import registry
 from qkwh.compute.work import HeadOutcome
 from qkwh.errors import InputError, QkwhError, is_interrupt
 from qkwh.params import RunConfig
+from qkwh.paths import SCHEMA_SQL
 
 
 
@@ -147,13 +148,72 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
 def warehouse_errors(warehouse: str | Path | None) -> Iterator[None]:
     """Raise what the user should see for an error of compute's reads and writes of
     ``warehouse``: KeyboardInterrupt for a Ctrl-C that DuckDB caught (it raises RuntimeError);
-    any other error as it is."""
+    one line (:class:`QkwhError`, exit 1) naming the file and the problem when the file system
+    refuses a write (a full disk, a read-only folder: the transaction is rolled back, heads
+    written before are kept) or a table no longer has what compute writes (altered by hand);
+    any other error (a bug) as it is."""
     try:
         yield
     except Exception as exc:
         if is_interrupt(exc):
             raise KeyboardInterrupt from None
-        raise
+        problem = _write_problem(exc)
+        if problem is None:
+            raise
+        raise QkwhError(f"cannot write warehouse {store.resolve_warehouse(warehouse)}: {problem}; heads written "
+                        "before are kept (each whole): fix this and run `qkwh compute` again to resume") from None
+
+
+_DUCKDB_PREFIXES = ("TransactionContext Error: Failed to commit: ", "IO Error: ", "Permission Error: ",
+                    "FATAL Error: ", "Binder Error: ", "Catalog Error: ")
+
+
+def _write_problem(exc: BaseException) -> str | None:
+    """The first line of a file system or table-shape error, None for any other error."""
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    io = (duckdb.IOException, duckdb.PermissionException, duckdb.FatalException)
+    commit = isinstance(exc, duckdb.TransactionException) and "Failed to commit" in str(exc)
+    shape = isinstance(exc, (duckdb.BinderException, duckdb.CatalogException))
+    if not (isinstance(exc, io) or commit or shape):
+        return None
+    text = str(exc).strip().splitlines()[0]
+    for prefix in _DUCKDB_PREFIXES:
+        text = text.removeprefix(prefix)
+    return f"{text} (a table altered outside qkwh?)" if shape else text
+
+
+def check_result_tables(con: duckdb.DuckDBPyConnection, warehouse: str | Path | None,
+                        analyses: Iterable[str]) -> None:
+    """Raise :class:`QkwhError` (one line, before anything is computed or written) when a table
+    compute writes for ``analyses`` lacks a column of the schema, e.g. dropped by hand."""
+    ref = duckdb.connect(":memory:")
+    try:
+        ref.execute(SCHEMA_SQL.read_text())
+        store.create_analysis_tables(ref)
+        expected = _columns(ref)
+    finally:
+        ref.close()
+    have = _columns(con)
+    tables = {t: a for a in analyses for t in registry.analysis_tables()[a]}
+    tables.update({"head_runs": None, "current_config": None})
+    for table, analysis in tables.items():
+        missing = [(c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})]
+        if missing:
+            redo = (f"drop the table (`DROP TABLE {table}`; it is created again) and run "
+                    f"`qkwh compute -a {analysis} --force`" if analysis else "restore the warehouse from a copy")
+            raise QkwhError(f"warehouse {store.resolve_warehouse(warehouse)}: table {table} has no column "
+                            f"{missing[0][0]} ({missing[0][1]}), which compute writes (altered outside qkwh?); "
+                            f"nothing was written: {redo}")
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                       "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall()
+    out: dict[str, dict[str, str]] = {}
+    for table, column, ctype in rows:
+        out.setdefault(table, {})[column] = ctype
+    return out
 
 
 def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
@@ -188,7 +248,8 @@ def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
                             "WHERE t.model_id = s.model_id AND t.layer = s.layer AND t.q_head = s.q_head "
                             f"AND t.config_id = s.config_id{extra}")
         finally:
-            con.unregister("_qkwh_stale")
+            with contextlib.suppress(duckdb.Error):  # in a failed transaction: report the DELETE's error
+                con.unregister("_qkwh_stale")
 
 
 class BatchWriter:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -242,3 +243,163 @@ def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(ingest
     assert [line for line in lines if "interrupted" in line] == [lines[-1]], text[-3000:]
     assert _assert_whole_heads(db) == set()  # the held batch was rolled back: no head, not part of one
     _rerun_equals(db, uninterrupted)
+
+
+# ---------------------------------------------------------------------------------------------
+# one line, the README's exit code and whole heads: full disk, read-only folders, an altered
+# table, the same warehouse through a hard link
+# ---------------------------------------------------------------------------------------------
+
+
+def _heads_written(db: Path) -> int:
+    """head_runs rows of a warehouse another process is writing (0 while it holds the file)."""
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error:
+        return 0
+    try:
+        return con.execute("SELECT count(*) FROM head_runs").fetchone()[0]
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def permissions_hold() -> list[str]:
+    """A command prefix under which a read-only folder stops the command: none for a normal
+    user; as root (who ignores permission bits) setpriv drops CAP_DAC_OVERRIDE and friends."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: a read-only folder would not stop the command")
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+    probe = Path(tempfile.mkdtemp())
+    try:
+        probe.chmod(0o555)
+        r = subprocess.run([*prefix, "touch", str(probe / "x")], capture_output=True)
+    finally:
+        probe.chmod(0o755)
+        shutil.rmtree(probe)
+    if r.returncode == 0 or b"Operation not permitted" in r.stderr:
+        pytest.skip(f"cannot drop root's permission override here: {r.stderr.decode().strip()}")
+    return prefix
+
+
+def test_compute_at_a_read_only_location(ingested: Path, tmp_path: Path, permissions_hold: list[str]):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "wh.duckdb"
+    shutil.copy(ingested, db)
+    before = snapshot(db)
+    db.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        r = subprocess.run([*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")], cwd=REPO, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        folder.chmod(0o755)
+        db.chmod(0o644)
+    assert r.returncode == 1, r.stderr[-3000:]
+    line = _one_error_line(r.stderr)
+    assert f"{db}.compute.lock" in line and "Permission denied" in line and "must be writable" in line
+    assert snapshot(db) == before
+    assert sorted(p.name for p in folder.iterdir()) == ["wh.duckdb"]
+
+
+def test_folder_made_read_only_mid_compute(ingested: Path, uninterrupted, tmp_path: Path,
+                                           permissions_hold: list[str]):
+    folder = tmp_path / "rw"
+    folder.mkdir()
+    db = folder / "wh.duckdb"
+    shutil.copy(ingested, db)
+    proc = subprocess.Popen([*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")], cwd=REPO,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("the first batch", lambda: _heads_written(db) > 0, proc=proc)
+        folder.chmod(0o555)  # DuckDB can no longer create the warehouse's .wal beside it
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        folder.chmod(0o755)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr[-3000:]
+    line = _one_error_line(stderr)  # not the lock file's unlink error
+    assert f"cannot write warehouse {db}" in line and f'"{db}.wal": Permission denied' in line, line
+    assert _assert_whole_heads(db)  # the heads of the first batch are kept, each whole
+    _rerun_equals(db, uninterrupted)
+
+
+def _mount_works(where: Path) -> bool:
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "-o", "size=64k",
+                        "tmpfs", str(where)], capture_output=True)
+    return r.returncode == 0
+
+
+def test_disk_full_during_compute(ingested: Path, uninterrupted, tmp_path: Path):
+    mnt, out = tmp_path / "mnt", tmp_path / "out"
+    mnt.mkdir()
+    out.mkdir()
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not _mount_works(mnt):
+        pytest.skip("needs root and `unshare --mount` to mount a small tmpfs (a full disk) in a private namespace")
+    # in a private mount namespace (gone with the process): a tmpfs with room for the ingested
+    # warehouse and 768 KiB, too little for the results; the folder is copied out afterwards
+    size = (os.path.getsize(ingested) + 768 * 1024 + 4095) // 4096 * 4096
+    script = ('mount -t tmpfs -o size="$SIZE" tmpfs "$MNT" && cp "$SRC" "$MNT/wh.duckdb" || exit 99\n'
+              '"$@"; rc=$?\ncp -a "$MNT/." "$OUT/"\nexit $rc\n')
+    env = _env(SIZE=str(size), MNT=str(mnt), SRC=str(ingested), OUT=str(out))
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                        *_qkwh("compute", "-w", str(mnt / "wh.duckdb"), "-j", "1")],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 1, r.stderr[-3000:]
+    line = _one_error_line(r.stderr)
+    assert f"cannot write warehouse {mnt / 'wh.duckdb'}" in line and "No space left on device" in line, line
+    db = out / "wh.duckdb"
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith(".lock")) == []
+    _assert_whole_heads(db)
+    _rerun_equals(db, uninterrupted)
+
+
+def test_a_dropped_result_column_is_one_line_and_changes_nothing(ingested: Path, tmp_path: Path):
+    import duckdb
+
+    db = tmp_path / "wh.duckdb"
+    shutil.copy(ingested, db)
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE pca_heads DROP COLUMN fisher_pc0")  # a user's hand edit
+    con.close()
+    before = snapshot(db)
+    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-3000:]
+    line = _one_error_line(r.stderr)
+    assert "table pca_heads has no column fisher_pc0 (DOUBLE)" in line and "qkwh compute -a pca --force" in line
+    assert snapshot(db) == before  # not even run_config
+
+
+def test_two_computes_through_hard_linked_paths(ingested: Path, tmp_path: Path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "wh.duckdb", tmp_path / "b" / "wh.duckdb"
+    shutil.copy(ingested, first)
+    os.link(first, second)  # one file, two paths: two lock files beside them
+    before = snapshot(first)
+    # a compute through the first path, between two batches (its lock held, the file closed)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from qkwh.compute.runner import compute_lock\n"
+         "with compute_lock(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()", str(first)],
+        cwd=REPO, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        r = subprocess.run(_qkwh("compute", "-w", str(second), "-j", "1"), cwd=REPO, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 3, r.stderr[-3000:]
+    line = _one_error_line(r.stderr)
+    assert line == (f"error: another qkwh compute (process {holder.pid}) is running on {second} through {first}, "
+                    "the same file; wait for it to finish")
+    assert snapshot(second) == before
