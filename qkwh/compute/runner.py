@@ -25,7 +25,12 @@ from qkwh.compute import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
-from qkwh.compute.writer import BatchWriter, check_result_tables, record_configs, warehouse_errors
+from qkwh.compute.writer import (
+    BatchWriter,
+    check_result_tables,
+    record_configs,
+    warehouse_errors,
+)
 from qkwh.errors import InputError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.params import RunConfig
 
@@ -103,11 +108,11 @@ def _lock(path: Path, wh: Path, *, required: bool):
 
     while True:
         try:
-            fh = open(path, "a+")
+            fh = open(path, "a+")  # noqa: SIM115 - held for the run
         except PermissionError:
             if required:
                 raise
-            fh = open(path)  # another user's lock file: reading is enough to lock it
+            fh = open(path)  # noqa: SIM115 - another user's lock file: reading is enough to lock it
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -195,7 +195,7 @@ def check_result_tables(con: duckdb.DuckDBPyConnection, warehouse: str | Path | 
     finally:
         ref.close()
     have = _columns(con)
-    tables = {t: a for a in analyses for t in registry.analysis_tables()[a]}
+    tables: dict[str, str | None] = {t: a for a in analyses for t in registry.analysis_tables()[a]}
     tables.update({"head_runs": None, "current_config": None})
     for table, analysis in tables.items():
         missing = [(c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})]

@@ -78,7 +78,7 @@ def uninterrupted(ingested: Path, tmp_path_factory) -> dict[str, list[tuple]]:
     db = tmp_path_factory.mktemp("faults-ref") / "ref.duckdb"
     shutil.copy(ingested, db)
     r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       text=True, timeout=900)
+                       check=False, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     return _results(db)
 
@@ -107,7 +107,7 @@ def _assert_whole_heads(db: Path) -> set[tuple]:
 
 def _rerun_equals(db: Path, reference: dict[str, list[tuple]]) -> None:
     r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       text=True, timeout=900)
+                       check=False, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert _results(db) == reference
 
@@ -184,7 +184,7 @@ def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path,
         children = _wait_for("two busy workers", busy, proc=proc)
         proc.kill()
         assert proc.wait(60) == -signal.SIGKILL  # killed while computing, not finished
-        survivors = lambda: [p for p, (start, _) in children.items() if _alive(p, start)]  # noqa: E731
+        survivors = lambda: [p for p, (start, _) in children.items() if _alive(p, start)]
         try:
             _wait_for("the workers to end", lambda: not survivors(), timeout=60)
         except AssertionError:
@@ -278,7 +278,7 @@ def permissions_hold() -> list[str]:
     probe = Path(tempfile.mkdtemp())
     try:
         probe.chmod(0o555)
-        r = subprocess.run([*prefix, "touch", str(probe / "x")], capture_output=True)
+        r = subprocess.run([*prefix, "touch", str(probe / "x")], capture_output=True, check=False)
     finally:
         probe.chmod(0o755)
         shutil.rmtree(probe)
@@ -297,7 +297,7 @@ def test_compute_at_a_read_only_location(ingested: Path, tmp_path: Path, permiss
     folder.chmod(0o555)
     try:
         r = subprocess.run([*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")], cwd=REPO, env=_env(),
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, check=False, text=True, timeout=600)
     finally:
         folder.chmod(0o755)
         db.chmod(0o644)
@@ -334,7 +334,7 @@ def test_folder_made_read_only_mid_compute(ingested: Path, uninterrupted, tmp_pa
 
 def _mount_works(where: Path) -> bool:
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "-o", "size=64k",
-                        "tmpfs", str(where)], capture_output=True)
+                        "tmpfs", str(where)], capture_output=True, check=False)
     return r.returncode == 0
 
 
@@ -352,7 +352,7 @@ def test_disk_full_during_compute(ingested: Path, uninterrupted, tmp_path: Path)
     env = _env(SIZE=str(size), MNT=str(mnt), SRC=str(ingested), OUT=str(out))
     r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
                         *_qkwh("compute", "-w", str(mnt / "wh.duckdb"), "-j", "1")],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+                       cwd=REPO, env=env, capture_output=True, check=False, text=True, timeout=900)
     assert r.returncode == 1, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
     assert f"cannot write warehouse {mnt / 'wh.duckdb'}" in line and "No space left on device" in line, line
@@ -372,7 +372,7 @@ def test_a_dropped_result_column_is_one_line_and_changes_nothing(ingested: Path,
     con.close()
     before = snapshot(db)
     r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       text=True, timeout=600)
+                       check=False, text=True, timeout=600)
     assert r.returncode == 1, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
     assert "table pca_heads has no column fisher_pc0 (DOUBLE)" in line and "qkwh compute -a pca --force" in line
@@ -388,13 +388,14 @@ def test_two_computes_through_hard_linked_paths(ingested: Path, tmp_path: Path):
     before = snapshot(first)
     # a compute through the first path, between two batches (its lock held, the file closed)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from qkwh.compute.runner import compute_lock\n"
-         "with compute_lock(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()", str(first)],
+        [sys.executable, "-c", ("import sys; from qkwh.compute.runner import compute_lock\n"
+                                "with compute_lock(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()"),
+         str(first)],
         cwd=REPO, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
         r = subprocess.run(_qkwh("compute", "-w", str(second), "-j", "1"), cwd=REPO, env=_env(),
-                           capture_output=True, text=True, timeout=600)
+                           capture_output=True, check=False, text=True, timeout=600)
     finally:
         holder.kill()
         holder.wait()
