@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qkwh.analyses import registry as analysis_registry
-from qkwh.errors import QkwhError
+from qkwh.errors import QkwhError, is_interrupt
 from qkwh.paths import DOCS_DIR
 
 app = typer.Typer(
@@ -71,7 +71,9 @@ def _friendly(fn):
         except QkwhError as exc:
             err.print(_tagged("error:", "bold red", exc), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, RuntimeError) as exc:
+            if not is_interrupt(exc):  # DuckDB raises RuntimeError for a Ctrl-C during a statement
+                raise
             err.print("interrupted; nothing half-written was kept")
             raise typer.Exit(130) from None
 

@@ -72,3 +72,10 @@ class Interrupted(QkwhError):
     """The user pressed Ctrl-C (exit 130, the shell's code for SIGINT)."""
 
     exit_code = 130
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """A Ctrl-C: KeyboardInterrupt, or what DuckDB raises for one that arrives while it runs a
+    statement (``RuntimeError('Query interrupted')``, or ``duckdb.InterruptException``)."""
+    return (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException"
+            or (type(exc) is RuntimeError and str(exc) == "Query interrupted"))

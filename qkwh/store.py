@@ -298,7 +298,8 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
     try:
         con.execute(f"INSERT INTO {quote_ident(table)} BY NAME SELECT * FROM _qkwh_insert")
     finally:
-        con.unregister("_qkwh_insert")
+        with contextlib.suppress(duckdb.Error):  # in a failed transaction: report the INSERT's error
+            con.unregister("_qkwh_insert")
     return data.num_rows
 
 

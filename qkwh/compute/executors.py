@@ -37,14 +37,52 @@ class SerialExecutor:
         pass
 
 
-def _init_worker() -> None:
+def _init_worker(parent: int) -> None:
     """Pin BLAS to one thread (for libraries not yet loaded; the task pins the loaded ones with
-    threadpoolctl); leave Ctrl-C to the parent, which cancels the pool."""
+    threadpoolctl); leave Ctrl-C to the parent, which cancels the pool; die with the parent."""
     import signal
 
     for var in _BLAS_VARS:
         os.environ[var] = "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this worker when its parent process ``parent`` dies, even by kill -9 (which runs no
+    clean-up in the parent): otherwise the worker waits forever on the pool's pipes, whose
+    other ends it holds itself, and keeps its memory.
+
+    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); everywhere a
+    daemon thread checks every half second that the parent is still the one that started us.
+    The parent may already be gone when this runs: then the worker exits at once.  (The pool's
+    resource tracker exits by itself once the parent and every worker are gone.)
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl: the thread below watches
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="qkwh-watch-parent", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(1)
 
 
 class ProcessExecutor:
@@ -58,10 +96,12 @@ class ProcessExecutor:
         # the initializer runs in each worker before any task is unpickled, i.e. before numpy
         # (and its BLAS) is imported there
         self._workers = workers
+        self._finished = False
         self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                            initializer=_init_worker)
+                                            initializer=_init_worker, initargs=(os.getpid(),))
 
     def map_unordered(self, fn, items):
+        self._finished = False
         items = list(items)
         pending = {self._pool.submit(fn, it) for it in items[: 4 * self._workers]}
         rest = iter(items[4 * self._workers:])
@@ -72,9 +112,22 @@ class ProcessExecutor:
                 if nxt is not None:
                     pending.add(self._pool.submit(fn, nxt))
                 yield fut.result()
+        self._finished = True
 
     def close(self) -> None:
+        """Stop the pool.  After every task finished the workers exit cleanly; otherwise (Ctrl-C,
+        an error, the caller stopped early) the tasks still running are not wanted: the workers
+        are ended at once instead of being waited for."""
+        if self._finished:
+            self._pool.shutdown(wait=True)
+            return
+        workers = list((getattr(self._pool, "_processes", None) or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            if proc.is_alive():
+                proc.kill()
+        for proc in workers:
+            proc.join(5)
 
 
 def _ray_call(fn, item):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,20 @@ from qkwh.analyses import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
-from qkwh.compute.writer import BatchWriter, record_configs
-from qkwh.errors import InputError, NotFoundError, WarehouseLockedError, did_you_mean, unknown_names
+from qkwh.compute.writer import (
+    BatchWriter,
+    check_result_tables,
+    record_configs,
+    warehouse_errors,
+)
+from qkwh.errors import (
+    InputError,
+    NotFoundError,
+    QkwhError,
+    WarehouseLockedError,
+    did_you_mean,
+    unknown_names,
+)
 from qkwh.params import RunConfig
 
 
@@ -60,40 +73,84 @@ def load_units(con, models: list[str] | None) -> list[HeadUnit]:
 def compute_lock(warehouse: str | Path | None) -> Iterator[None]:
     """Hold ``<warehouse>.compute.lock`` for the run (removed at the end): a second compute on
     the same warehouse would interleave its batches with ours.  The OS releases the lock when
-    the process dies, even by kill -9 (the file then stays, unlocked, and is reused)."""
+    the process dies, even by kill -9 (the file then stays, unlocked, and is reused).
+
+    The same file reached through another path (a hard link) is caught by a second lock named
+    after the file's device and inode in the temporary folder.  A folder where the lock file
+    cannot be created (read-only, full) fails with one line naming it.
+    """
     try:
-        import fcntl
+        import fcntl  # noqa: F401
     except ImportError:  # pragma: no cover - Windows: no second-compute guard
         yield
         return
     wh = store.resolve_warehouse(warehouse)
     path = wh.with_name(wh.name + ".compute.lock")
+    try:
+        beside = _lock(path, wh, required=True)
+    except OSError as exc:
+        raise QkwhError(f"cannot compute in {wh}: cannot create its lock file {path} ({exc.strerror}); "
+                        "compute writes the warehouse and files beside it, so its folder must be writable") from None
+    try:
+        st = os.stat(wh)
+        inode = Path(tempfile.gettempdir()) / f"qkwh-compute-{st.st_dev}-{st.st_ino}.lock"
+        try:
+            same_file = _lock(inode, wh, required=False)
+        except OSError:  # no usable temporary folder: only the lock beside the warehouse guards
+            same_file = None
+        try:
+            yield
+        finally:
+            if same_file is not None:
+                _unlock(inode, same_file)
+    finally:
+        _unlock(path, beside)
+
+
+def _lock(path: Path, wh: Path, *, required: bool):
+    """Open and lock ``path`` (exclusive, without waiting); raise WarehouseLockedError naming the
+    process that holds it.  The file records our pid and warehouse path (when we may write it)."""
+    import fcntl
+
     while True:
-        fh = open(path, "a+")
+        try:
+            fh = open(path, "a+")  # noqa: SIM115 - held for the run
+        except PermissionError:
+            if required:
+                raise
+            fh = open(path)  # noqa: SIM115 - another user's lock file: reading is enough to lock it
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.seek(0)
-            pid = fh.read().strip()
+            holder = fh.read().split("\t")
             fh.close()
+            pid = holder[0].strip()
+            other = holder[1].strip() if len(holder) > 1 else ""
+            via = f" through {other}, the same file" if other and other != str(wh) else ""
             raise WarehouseLockedError(f"another qkwh compute{f' (process {pid})' if pid else ''} is running on "
-                                       f"{wh}; wait for it to finish") from None
+                                       f"{wh}{via}; wait for it to finish") from None
         try:  # the holder before us may have removed the file between our open and our lock
             same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
             same = False
         if same:
-            break
+            if fh.writable():
+                fh.seek(0)
+                fh.truncate()
+                fh.write(f"{os.getpid()}\t{wh}")
+                fh.flush()
+            return fh
         fh.close()
+
+
+def _unlock(path: Path, fh) -> None:
+    """Remove and release a lock file.  A file that cannot be removed (its folder became
+    read-only) stays, unlocked, and is reused; that never hides the run's own error."""
     try:
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             path.unlink()
+    finally:
         fh.close()
 
 
@@ -160,21 +217,23 @@ def compute(
     code_versions = {a: code_version(a) for a in analyses}
     config_ids = {a: config.fingerprint(a, code_versions[a]) for a in analyses}
     with compute_lock(wh):
-        con = store.connect(wh)
-        try:
-            units = load_units(con, models)
-            done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
-                    con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
-            catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
-            tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
-            report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
-                                   code_version=code_version(), name=name)
-            with store.transaction(con):
-                record_configs(con, config, config_ids, code_versions, name)
-                if name is not None and make_current:
-                    _make_named_set_current(con, config_ids, models)
-        finally:
-            con.close()  # readers get in while the workers compute
+        with warehouse_errors(wh):
+            con = store.connect(wh)
+            try:
+                check_result_tables(con, wh, analyses)
+                units = load_units(con, models)
+                done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
+                        con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
+                catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
+                tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
+                report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
+                                       code_version=code_version(), name=name)
+                with store.transaction(con):
+                    record_configs(con, config, config_ids, code_versions, name)
+                    if name is not None and make_current:
+                        _make_named_set_current(con, config_ids, models)
+            finally:
+                con.close()  # readers get in while the workers compute
         if on_start:
             on_start(report.n_planned)
         if not tasks:

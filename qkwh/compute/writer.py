@@ -17,10 +17,12 @@ nothing).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import duckdb
@@ -29,8 +31,9 @@ import pyarrow as pa
 from qkwh import store
 from qkwh.analyses import registry
 from qkwh.compute.work import HeadOutcome
-from qkwh.errors import InputError, QkwhError
+from qkwh.errors import InputError, QkwhError, is_interrupt
 from qkwh.params import RunConfig
+from qkwh.paths import SCHEMA_SQL
 
 
 
@@ -134,10 +137,99 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         if current:
             sql = store.load_sql("set_current_config" if make_current else "set_current_config_if_missing")
             con.executemany(sql, [[m, a, config_ids[a], now] for m, a in current])
+        _test_hold_commit(con)
     previous.update(written)
     if made_current is not None:
         made_current.update(current)
     return len(outcomes)
+
+
+@contextlib.contextmanager
+def warehouse_errors(warehouse: str | Path | None) -> Iterator[None]:
+    """Raise what the user should see for an error of compute's reads and writes of
+    ``warehouse``: KeyboardInterrupt for a Ctrl-C that DuckDB caught (it raises RuntimeError);
+    one line (:class:`QkwhError`, exit 1) naming the file and the problem when the file system
+    refuses a write (a full disk, a read-only folder: the transaction is rolled back, heads
+    written before are kept) or a table no longer has what compute writes (altered by hand);
+    any other error (a bug) as it is."""
+    try:
+        yield
+    except Exception as exc:
+        if is_interrupt(exc):
+            raise KeyboardInterrupt from None
+        problem = _write_problem(exc)
+        if problem is None:
+            raise
+        raise QkwhError(f"cannot write warehouse {store.resolve_warehouse(warehouse)}: {problem}; heads written "
+                        "before are kept (each whole): fix this and run `qkwh compute` again to resume") from None
+
+
+_DUCKDB_PREFIXES = ("TransactionContext Error: Failed to commit: ", "IO Error: ", "Permission Error: ",
+                    "FATAL Error: ", "Binder Error: ", "Catalog Error: ")
+
+
+def _write_problem(exc: BaseException) -> str | None:
+    """The first line of a file system or table-shape error, None for any other error."""
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    io = (duckdb.IOException, duckdb.PermissionException, duckdb.FatalException)
+    commit = isinstance(exc, duckdb.TransactionException) and "Failed to commit" in str(exc)
+    shape = isinstance(exc, (duckdb.BinderException, duckdb.CatalogException))
+    if not (isinstance(exc, io) or commit or shape):
+        return None
+    text = str(exc).strip().splitlines()[0]
+    for prefix in _DUCKDB_PREFIXES:
+        text = text.removeprefix(prefix)
+    return f"{text} (a table altered outside qkwh?)" if shape else text
+
+
+def check_result_tables(con: duckdb.DuckDBPyConnection, warehouse: str | Path | None,
+                        analyses: Iterable[str]) -> None:
+    """Raise :class:`QkwhError` (one line, before anything is computed or written) when a table
+    compute writes for ``analyses`` lacks a column of the schema, e.g. dropped by hand."""
+    ref = duckdb.connect(":memory:")
+    try:
+        ref.execute(SCHEMA_SQL.read_text())
+        store.create_analysis_tables(ref)
+        expected = _columns(ref)
+    finally:
+        ref.close()
+    have = _columns(con)
+    tables: dict[str, str | None] = {t: a for a in analyses for t in registry.analysis_tables()[a]}
+    tables.update({"head_runs": None, "current_config": None})
+    for table, analysis in tables.items():
+        missing = [(c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})]
+        if missing:
+            redo = (f"drop the table (`DROP TABLE {table}`; it is created again) and run "
+                    f"`qkwh compute -a {analysis} --force`" if analysis else "restore the warehouse from a copy")
+            raise QkwhError(f"warehouse {store.resolve_warehouse(warehouse)}: table {table} has no column "
+                            f"{missing[0][0]} ({missing[0][1]}), which compute writes (altered outside qkwh?); "
+                            f"nothing was written: {redo}")
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                       "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall()
+    out: dict[str, dict[str, str]] = {}
+    for table, column, ctype in rows:
+        out.setdefault(table, {})[column] = ctype
+    return out
+
+
+def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
+    """Test-only hook (tests/compute/test_faults.py), off unless ``$QKWH_TEST_HOLD_COMMIT`` names a
+    file: the batch's transaction, complete but not yet committed, creates that file and runs a
+    statement that lasts until the process is interrupted (the file is removed when it ends), so
+    a test can press Ctrl-C while DuckDB works inside the commit."""
+    marker = os.environ.get("QKWH_TEST_HOLD_COMMIT")
+    if marker:  # one DuckDB thread: the one that checks for Ctrl-C runs the statement
+        con.execute("SET enable_progress_bar = false; SET threads TO 1")
+        try:
+            Path(marker).touch()
+            con.execute("SELECT count(*) FROM range(9223372036854775807)")
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
 
 
 def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
@@ -156,7 +248,8 @@ def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
                             "WHERE t.model_id = s.model_id AND t.layer = s.layer AND t.q_head = s.q_head "
                             f"AND t.config_id = s.config_id{extra}")
         finally:
-            con.unregister("_qkwh_stale")
+            with contextlib.suppress(duckdb.Error):  # in a failed transaction: report the DELETE's error
+                con.unregister("_qkwh_stale")
 
 
 class BatchWriter:
@@ -205,15 +298,21 @@ class BatchWriter:
         if not batch:
             return 0
         t0 = time.perf_counter()
-        con = store.connect(self.warehouse, wait=self.lock_wait, schema=False)
         try:
-            if self.threads:
-                con.execute(f"SET threads TO {int(self.threads)}")
-            self._check_catalog(con, {o.unit.model_id for o in batch})
-            n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
-                            made_current=self.made_current)
+            with warehouse_errors(self.warehouse):
+                con = store.connect(self.warehouse, wait=self.lock_wait, schema=False)
+                try:
+                    if self.threads:
+                        con.execute(f"SET threads TO {int(self.threads)}")
+                    self._check_catalog(con, {o.unit.model_id for o in batch})
+                    n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
+                                    made_current=self.made_current)
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the first error is the one to report
+                        con.close()
+                    raise
+                con.close()
         finally:
-            con.close()
             self.seconds += time.perf_counter() - t0
             self._last = time.monotonic()
         self.n_written += n
