@@ -37,8 +37,8 @@ def check_query(query: str) -> None:
     """Raise unless ``query`` is exactly one read statement (see the module docstring)."""
     try:
         statements = duckdb.extract_statements(query)
-    except duckdb.Error as exc:
-        raise QkwhError(str(exc).splitlines()[0]) from None
+    except duckdb.Error as exc:  # the whole message: its LINE/caret lines show where
+        raise QkwhError("\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())) from None
     if not statements:
         raise InputError("no SQL statement given: `qkwh sql \"SELECT ...\"`")
     if len(statements) > 1:
