@@ -20,6 +20,7 @@ pandas and the HTML stays self-contained.
 from __future__ import annotations
 
 import colorsys
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -89,6 +90,11 @@ MARTS: frozenset[str] = frozenset({
     "benchmark_correlations", "published_comparison",
 })
 
+#: Marks a cross-model point cloud draws at most (a scatter of every head of 23 models x 300
+#: heads is a blot; its data would be most of the page).  Split evenly over the models.
+POINT_BUDGET = 3000
+
+
 # The report's model order: families together, checkpoints in training order, then size and id.
 _MODEL_ORDER_SQL = """
 SELECT model_id FROM model_summary
@@ -134,10 +140,14 @@ class Marts:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, models: Sequence[str], *,
-                 max_points: int = 1000) -> None:
+                 max_points: int = 1000, point_budget: int = POINT_BUDGET) -> None:
         self.con = con
         self.models: list[str] = list(models)
         self.max_points = int(max_points)
+        self.point_budget = int(point_budget)
+        #: caption sentences of the figure being built (what :meth:`sample` left out); the
+        #: renderer clears them before each figure and appends them to its caption
+        self.notes: list[str] = []
         self._relations = relations(con)
         self._info: dict[str, ModelInfo] | None = None
         self._columns: dict[str, list[str]] = {}
@@ -219,9 +229,52 @@ class Marts:
             out.append(r)
         return out
 
+    def sample(self, rows: list[dict[str, Any]], what: str, keys: Sequence[str] = ("layer", "q_head"),
+               budget: int | None = None) -> list[dict[str, Any]]:
+        """``rows`` (each with a model_id) cut to a cross-model point cloud a figure can show: see
+        :func:`sample_points`.  The caption sentence saying what was left out goes to :attr:`notes`."""
+        kept, note = sample_points(rows, self.point_budget if budget is None else budget, keys, what)
+        if note:
+            self.notes.append(note)
+        return kept
+
     def context_length(self, model_id: str) -> int | None:
         rows = self.rows("model_summary", "model_id = ?", [model_id])
         return rows[0].get("context_length") if rows else None
+
+
+_KEY_WORDS = {"q_head": "query head", "q_bucket": "query bucket"}
+
+
+def _point_hash(row: dict[str, Any], keys: Sequence[str]) -> bytes:
+    text = "|".join(str(row.get(k)) for k in ("model_id", *keys))
+    return hashlib.blake2b(text.encode(), digest_size=8).digest()
+
+
+def sample_points(rows: Sequence[dict[str, Any]], budget: int, keys: Sequence[str] = ("layer", "q_head"),
+                  what: str = "heads") -> tuple[list[dict[str, Any]], str]:
+    """At most ``ceil(budget / models)`` rows per model, and a caption sentence saying so ("" when
+    nothing is left out).
+
+    Deterministic and stable: a model keeps its rows with the smallest hash of (model_id, ``keys``),
+    so the same heads are drawn whatever else the report holds, run after run.  Rows keep their
+    order.
+    """
+    by_model: dict[Any, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_model.setdefault(r.get("model_id"), []).append(i)
+    if not by_model:
+        return list(rows), ""
+    cap = max(1, math.ceil(budget / len(by_model)))
+    if all(len(ix) <= cap for ix in by_model.values()):
+        return list(rows), ""
+    keep: set[int] = set()
+    for ix in by_model.values():
+        keep.update(sorted(ix, key=lambda i: _point_hash(rows[i], keys))[:cap])
+    kept = [r for i, r in enumerate(rows) if i in keep]
+    return kept, (f"Points: {len(kept):,} of {len(rows):,} {what} drawn, at most {cap:,} per model, "
+                  f"the same ones in every report (those with the smallest hash of model, "
+                  f"{', '.join(_KEY_WORDS.get(k, k.replace('_', ' ')) for k in keys)}).")
 
 
 def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:

@@ -95,7 +95,7 @@ def explained_variance(marts: Marts) -> Drawn:
 def rq_rk_scatter(marts: Marts) -> alt.Chart:
     rows = require(finite(marts.rows("head_taxonomy"), "r_q0", "r_k0"),
                    "head_taxonomy is empty (no PCA results)")
-    rows = marts.tag(rows)
+    rows = marts.tag(marts.sample(rows, "heads"))
     for r in rows:
         r["class"] = TAXONOMY_LABELS.get(r.get("taxonomy") or "", r.get("taxonomy"))
     look = model_look(marts, {r["model_id"] for r in rows})
