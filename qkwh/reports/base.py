@@ -430,19 +430,29 @@ def model_tooltip(*extra: Any) -> list[Any]:
             alt.Tooltip("family:N", title="family"), *extra]
 
 
-def base_config(chart: Any) -> Any:
-    """Fonts and sizes that stay legible in a PNG at paper size."""
-    return (
-        chart.configure(font="Liberation Sans, DejaVu Sans, Helvetica, Arial, sans-serif")
-        .configure_axis(labelFontSize=12, titleFontSize=13, titleFontWeight="normal",
-                        labelLimit=260, titlePadding=8)
-        .configure_legend(labelFontSize=12, titleFontSize=12, titleFontWeight="bold",
-                          labelLimit=260, titleLimit=320)
-        .configure_header(labelFontSize=13, titleFontSize=13, labelLimit=400)
-        .configure_title(fontSize=15, subtitleFontSize=12, anchor="start", offset=10,
-                         subtitleColor="#444")
-        .configure_view(stroke="#ccc")
-    )
+#: Fonts and sizes that stay legible in a PNG at paper size (the spec's top-level ``config``).
+CONFIG: dict[str, Any] = {
+    "font": "Liberation Sans, DejaVu Sans, Helvetica, Arial, sans-serif",
+    "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal", "labelLimit": 260,
+             "titlePadding": 8},
+    "legend": {"labelFontSize": 12, "titleFontSize": 12, "titleFontWeight": "bold", "labelLimit": 260,
+               "titleLimit": 320},
+    "header": {"labelFontSize": 13, "titleFontSize": 13, "labelLimit": 400},
+    "title": {"fontSize": 15, "subtitleFontSize": 12, "anchor": "start", "offset": 10,
+              "subtitleColor": "#444"},
+    "view": {"stroke": "#ccc"},
+}
+
+
+def with_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (a chart's ``to_dict()``) with :data:`CONFIG` merged into its ``config``: the same
+    as ``chart.configure(...)``, without copying the chart (and its data) once per call."""
+    config = dict(spec.get("config") or {})
+    for key, value in CONFIG.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(
+            config.get(key), dict) else value
+    spec["config"] = config
+    return spec
 
 
 def head_tooltip(*extra: Any) -> list[Any]:
