@@ -30,7 +30,7 @@ AP_TITLE = "attention plasticity AP (0–1)"
 AP_MEANING = "AP → 1: the query's content decides which key wins; AP → 0: position decides"
 NO_EMPIRICAL = ("no empirical plasticity in the warehouse: run `qkwh compute -p "
                 "plasticity.empirical=true` and `qkwh build`")
-SCATTER_CAP = 6000  # buckets drawn in the Gaussian-vs-empirical scatter (Marts.sample)
+SCATTER_CAP = 3000  # buckets drawn in the Gaussian-vs-empirical scatter (Marts.sample)
 
 
 def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
@@ -354,7 +354,10 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
     if not buckets:
         raise NoData(NO_EMPIRICAL)
     n_all = len(buckets)
-    buckets = marts.tag(marts.sample(buckets, "buckets", ("layer", "q_head", "q_bucket"), SCATTER_CAP))
+    buckets = marts.tag(pick(marts.sample(buckets, "buckets", ("layer", "q_head", "q_bucket"), SCATTER_CAP),
+                             "model_id", "head_label", "layer", "q_head", "k_head", "q_bucket",
+                             "bucket_position", "ap_bucket", "ap_bucket_empirical", "gauss_gap",
+                             "gauss_gap_se"))
     heads = marts.tag(pick(finite(marts.rows("head_metrics"), "gauss_gap", "depth_bin"),
                            "model_id", "layer", "depth_bin", "gauss_gap"))
     models = [m for m in marts.models if any(b["model_id"] == m for b in buckets)]
