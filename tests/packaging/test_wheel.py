@@ -124,7 +124,8 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     assert (work / "qkwh-demo.dbt" / "logs" / "dbt.log").is_file()
     report = work / "reports" / "demo"
     assert (report / "index.html").is_file() and (report / "figures.json").is_file()
-    assert list((report / "figures").glob("*.png"))
+    assert (report / "vega.js").is_file() and list((report / "models").glob("*.html"))
+    assert list((report / "figures").glob("*.vl.json")) and not list((report / "figures").glob("*.png"))
     assert sorted(p.name for p in work.iterdir()) == ["qkwh-demo.dbt", "qkwh-demo.duckdb", "reports"]
     r = subprocess.run([str(py), "-c", (
         "import duckdb; con = duckdb.connect('qkwh-demo.duckdb', read_only=True); "
