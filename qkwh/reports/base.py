@@ -104,12 +104,6 @@ ORDER BY family NULLS LAST, trajectory_rank NULLS FIRST, params_b NULLS LAST, mo
 _RELATIONS_SQL = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def relations(con: duckdb.DuckDBPyConnection) -> set[str]:
     """Names of the tables and views in the warehouse's main schema."""
     return {r[0] for r in con.execute(_RELATIONS_SQL).fetchall()}
@@ -151,6 +145,7 @@ class Marts:
         self._relations = relations(con)
         self._info: dict[str, ModelInfo] | None = None
         self._columns: dict[str, list[str]] = {}
+        self._cache: dict[tuple[str, str], tuple[list[str], list[tuple[Any, ...]]]] = {}
 
     # -- relations ---------------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -165,9 +160,18 @@ class Marts:
         return self._columns[name]
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        rel = self.con.execute(sql, list(params))
-        names = [d[0] for d in rel.description]
-        return [{k: _clean(v) for k, v in zip(names, row)} for row in rel.fetchall()]
+        """Fresh row dicts (figures add keys to them) of a query, run once per report: several
+        figures read the same mart, and the warehouse does not change while the report is drawn."""
+        key = (sql, repr(list(params)))
+        if key not in self._cache:
+            rel = self.con.execute(sql, list(params))
+            names = [d[0] for d in rel.description]
+            isfinite = math.isfinite
+            rows = [tuple(v if v.__class__ is not float or isfinite(v) else None for v in row)
+                    for row in rel.fetchall()]
+            self._cache[key] = (names, rows)
+        names, rows = self._cache[key]
+        return [dict(zip(names, row)) for row in rows]
 
     def rows(self, name: str, where: str = "", params: Sequence[Any] = (),
              order: str = "") -> list[dict[str, Any]]:
