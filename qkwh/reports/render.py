@@ -115,8 +115,9 @@ class ReportResult:
     def summary(self) -> str:
         left = f", {len(self.skipped)} left out" if self.skipped else ""
         bad = f" ({len(self.failed)} failed)" if self.failed else ""
+        pages = f" and {len(self.model_pages)} model page(s)" if self.model_pages else ""
         return (f"{len(self.figures)} figures for {len(self.models)} model(s){left}{bad} "
-                f"in {self.seconds:.1f}s: {self.index}")
+                f"in {self.seconds:.1f}s: {self.index}{pages}")
 
     def __str__(self) -> str:
         return str(self.index)
