@@ -440,7 +440,7 @@ CONFIG: dict[str, Any] = {
     "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal", "labelLimit": 260,
              "titlePadding": 8},
     "legend": {"labelFontSize": 12, "titleFontSize": 12, "titleFontWeight": "bold", "labelLimit": 260,
-               "titleLimit": 320},
+               "titleLimit": 320, "symbolLimit": 100},  # Vega drops entries past 30: a corpus has more models
     "header": {"labelFontSize": 13, "titleFontSize": 13, "labelLimit": 400},
     "title": {"fontSize": 15, "subtitleFontSize": 12, "anchor": "start", "offset": 10,
               "subtitleColor": "#444"},

@@ -24,6 +24,7 @@ import html
 import json
 import logging
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -337,6 +338,41 @@ def _validator() -> Any:
     return jsonschema.validators.validator_for(schema)(schema)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _shows_all_fields(node: Any) -> bool:
+    """Whether a tooltip anywhere in the spec shows every field of the data."""
+    if isinstance(node, dict):
+        tip = node.get("tooltip")
+        if tip is True or (isinstance(tip, dict) and tip.get("content") == "data"):
+            return True
+        return any(_shows_all_fields(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_shows_all_fields(v) for v in node)
+    return False
+
+
+def _prune(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without the data columns it never names.
+
+    Figures hand whole mart rows to Altair; a column the spec does not name anywhere (encodings,
+    tooltips, transforms, expressions) is never drawn or shown, but would be written into the
+    page once per row.  A column is kept when its name occurs anywhere in the spec outside the
+    data, so nothing used is dropped; names that are not plain identifiers are always kept.
+    """
+    datasets = spec.get("datasets")
+    if not datasets or _shows_all_fields(spec):
+        return spec
+    text = json.dumps({k: v for k, v in spec.items() if k != "datasets"})
+    for name, rows in datasets.items():
+        keys = {k for r in rows for k in r}
+        drop = {k for k in keys if _NAME.fullmatch(k) and k not in text}
+        if drop:
+            datasets[name] = [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    return spec
+
+
 def _spec(chart: Any) -> dict[str, Any]:
     """The chart's Vega-Lite spec with the report's look, validated against the Vega-Lite schema.
 
@@ -344,7 +380,7 @@ def _spec(chart: Any) -> dict[str, Any]:
     every nested object again and every data record: most of a large report's time).
     """
     with alt.data_transformers.enable("default", max_rows=None):
-        spec = with_config(chart.to_dict(validate=False))
+        spec = _prune(with_config(chart.to_dict(validate=False)))
     bare = dict(spec)
     if "datasets" in bare:
         bare["datasets"] = {k: v[:1] for k, v in bare["datasets"].items()}

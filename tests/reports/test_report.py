@@ -641,3 +641,20 @@ def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_
     full = render(corpus_warehouse, out=tmp_path / "full", figures=["pca-rq-rk-scatter"], point_budget=288)
     assert sum(map(len, _points(json.loads(full.figures[0].spec.read_text())).values())) == 288
     assert "Points:" not in full.figures[0].caption
+
+
+def test_specs_carry_only_the_data_columns_they_name():
+    import altair as alt
+
+    from qkwh.reports.base import table_of
+    from qkwh.reports.render import _spec
+
+    rows = [{"model_id": "m", "x": 1.0, "y": 2.0, "label_unused": "a" * 50, "z": 3.0}]
+    chart = alt.Chart(table_of(rows)).mark_point().encode(
+        x="x:Q", y="y:Q", tooltip=[alt.Tooltip("model_id:N")]).transform_filter("datum.z > 0")
+    [data] = _spec(chart)["datasets"].values()
+    assert data == [{"model_id": "m", "x": 1.0, "y": 2.0, "z": 3.0}]  # z: named in an expression
+    # a tooltip showing every field keeps every column
+    every = alt.Chart(table_of(rows)).mark_point(tooltip=True).encode(x="x:Q")
+    [data] = _spec(every)["datasets"].values()
+    assert data == rows
