@@ -170,7 +170,10 @@ def folder_stats(folder: Path) -> dict:
     for p in files:
         ext = "".join(p.suffixes[-2:]) if p.name.endswith(".vl.json") else p.suffix
         by_ext[ext] = by_ext.get(ext, 0) + 1
+    model_pages = [p for p in pages if p.parent.name == "models"]
+    largest_model = max(model_pages, key=lambda p: p.stat().st_size) if model_pages else None
     return {"files": len(files), "bytes": sum(p.stat().st_size for p in files),
+            "largest_model_page": largest_model.relative_to(folder).as_posix() if largest_model else None,
             "index_bytes": index.stat().st_size, "pages": len(pages),
             "largest_page": biggest.relative_to(folder).as_posix(), "largest_page_bytes": biggest.stat().st_size,
             "by_ext": dict(sorted(by_ext.items()))}
@@ -190,6 +193,31 @@ def time_report(db: Path, out: Path, static: bool) -> dict:
         raise SystemExit(f"qkwh report failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"wall_s": wall, "cpu_s": cpu, "summary": proc.stdout.strip().splitlines()[0], **folder_stats(out)}
+
+
+def browser_seconds(page: Path) -> float | None:
+    """Seconds until headless Chromium has drawn every chart of ``page`` (from file://), or None
+    without Chromium and Playwright (tests/reports/test_browser.py needs the same)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    if not exe:
+        return None
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page(viewport={"width": 1400, "height": 1000})
+            t0 = time.perf_counter()
+            tab.goto(page.as_uri(), wait_until="load")
+            tab.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=300_000)
+            secs = time.perf_counter() - t0
+            if tab.evaluate("window.qkwhReport.errors.length"):
+                raise SystemExit(f"{page}: charts failed in the browser: {tab.evaluate('window.qkwhReport.errors')}")
+            return secs
+        finally:
+            browser.close()
 
 
 def _mb(b: int) -> str:
@@ -232,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
              f"{r['files']} files, {_mb(r['bytes'])} MB")
         runs.append(r)
     best = min(runs, key=lambda r: r["wall_s"])
+    folder = a.out / "corpus-report"
+    best["browser_index_s"] = browser_seconds(folder / "index.html")
+    best["browser_page_s"] = browser_seconds(folder / best["largest_model_page"]) if best["largest_model_page"] else None
     static = None
     if not a.no_static:
         b0 = _busy()

@@ -343,6 +343,12 @@ def corpus_report(m: dict, info: dict, best: dict, walls: list[float], static: d
         lines.append(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['other_cores']:.1f} | "
                      f"{_mb(r['index_bytes'])} | {_mb(r['largest_page_bytes'])} (`{r['largest_page']}`) | "
                      f"{r['pages']} | {r['files']} | {_mb(r['bytes'])} | {kinds} |")
+    if best.get("browser_index_s") is not None:
+        page = best.get("browser_page_s")
+        lines += ["", f"Opened from file:// in headless Chromium, every chart drawn: index.html in "
+                  f"{best['browser_index_s']:.1f} s"
+                  + (f", the largest model page (`{best['largest_model_page']}`) in {page:.1f} s" if page else "")
+                  + "."]
     lines += ["", f"wall: the command in a fresh process (imports included), into an empty folder{tries}. "
               "CPU: user + system time of that process. other load: CPU time of the rest of the machine "
               "during the run, in cores (/proc/stat minus the run's own); above ~0.2 the wall time is inflated.",
