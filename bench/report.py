@@ -326,7 +326,8 @@ def corpus_report(m: dict, info: dict, best: dict, walls: list[float], static: d
     tries = f", fastest of {len(walls)} ({', '.join(f'{w:.1f}' for w in walls)} s)" if len(walls) > 1 else ""
     made = (f"synthesised in {info['synth_s']:.0f} s, ingested in {info['ingest_s']:.0f} s, computed in "
             f"{info['compute_s']:.0f} s ({', '.join(f'{k}={v}' for k, v in info['fast_params'].items())}), "
-            f"built in {info['build_s']:.0f} s")
+            f"built in {info['build_s']:.0f} s (once, then cached: these times depend on the machine's load "
+            f"then)")
     lines = [f"# `qkwh report` at corpus scale ({started}, qkwh {m['qkwh']}, git {m['git'] or '?'})", "",
              f"**Machine:** {machine_line(m)}. Load average (1, 5, 15 min) at start {loads[0]}, at end "
              f"{loads[1]}.", "",
