@@ -528,7 +528,7 @@ class _Head:
     def meta(self) -> str:
         return (f"<p>warehouse <code>{_esc(self.warehouse)}</code> · generated {self.generated} · "
                 f"qkwh {__version__} · Vega {vlc.get_vega_version()} · Vega-Lite {VL_VERSION} "
-                f"(<code>{VENDOR_JS}</code> in this folder: works offline)</p>")
+                f"(<code>{VENDOR_JS}</code> in the report folder: works offline)</p>")
 
 
 def _href(path: Path, page: Path, anchor: str = "") -> str:
