@@ -308,3 +308,54 @@ def to_json(obj):
     raise TypeError(type(obj).__name__)
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# the report at corpus scale (bench/corpus.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _mb(b: int) -> str:
+    return f"{b / 1e6:,.1f}"
+
+
+def corpus_report(m: dict, info: dict, best: dict, walls: list[float], static: dict | None, started: str,
+                  loads: tuple[str, str], index_target_mb: float = 10.0, wall_target_s: float = 60.0) -> str:
+    """The Markdown report of ``bench/corpus.py``: `qkwh report` on a corpus of ``info['models']``
+    models, with and without ``--static``."""
+    tries = f", fastest of {len(walls)} ({', '.join(f'{w:.1f}' for w in walls)} s)" if len(walls) > 1 else ""
+    made = (f"synthesised in {info['synth_s']:.0f} s, ingested in {info['ingest_s']:.0f} s, computed in "
+            f"{info['compute_s']:.0f} s ({', '.join(f'{k}={v}' for k, v in info['fast_params'].items())}), "
+            f"built in {info['build_s']:.0f} s (once, then cached: these times depend on the machine's load "
+            f"then)")
+    lines = [f"# `qkwh report` at corpus scale ({started}, qkwh {m['qkwh']}, git {m['git'] or '?'})", "",
+             f"**Machine:** {machine_line(m)}. Load average (1, 5, 15 min) at start {loads[0]}, at end "
+             f"{loads[1]}.", "",
+             f"**Corpus:** {info['models']} synthetic models shaped like the registry's models and checkpoints "
+             f"(layers, query and KV heads, head dimension, context length, bucket size), {info['heads']:,} "
+             f"query heads in all, {info['rows']:,} vectors per file, {info['examples']} examples; {made}.", "",
+             "| run | wall s | CPU s | other load, cores | index.html MB | largest page MB | pages | files "
+             "| folder MB | files by kind |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for name, r in (("`qkwh report`", best), ("`qkwh report --static`", static)):
+        if r is None:
+            continue
+        kinds = ", ".join(f"{n} {k}" for k, n in r["by_ext"].items())
+        lines.append(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['other_cores']:.1f} | "
+                     f"{_mb(r['index_bytes'])} | {_mb(r['largest_page_bytes'])} (`{r['largest_page']}`) | "
+                     f"{r['pages']} | {r['files']} | {_mb(r['bytes'])} | {kinds} |")
+    if best.get("browser_index_s") is not None:
+        page = best.get("browser_page_s")
+        lines += ["", f"Opened from file:// in headless Chromium, every chart drawn: index.html in "
+                  f"{best['browser_index_s']:.1f} s"
+                  + (f", the largest model page (`{best['largest_model_page']}`) in {page:.1f} s" if page else "")
+                  + "."]
+    lines += ["", f"wall: the command in a fresh process (imports included), into an empty folder{tries}. "
+              "CPU: user + system time of that process. other load: CPU time of the rest of the machine "
+              "during the run, in cores (/proc/stat minus the run's own); above ~0.2 the wall time is inflated.",
+              "", "## Targets", ""]
+    idx = best["index_bytes"] / 1e6
+    lines.append(f"- index.html {idx:.1f} MB (target <= {index_target_mb:g} MB): {_verdict(idx <= index_target_mb)}")
+    lines.append(f"- whole report {best['wall_s']:.1f} s on {m['cores']} cores (target <= {wall_target_s:g} s): "
+                 f"{_verdict(best['wall_s'] <= wall_target_s)}")
+    return "\n".join(lines) + "\n"

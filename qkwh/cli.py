@@ -1065,12 +1065,14 @@ def report(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
     build_first: Annotated[bool, typer.Option("--build", help="Rebuild the marts first when they are stale (older than the per-head results or the catalog).")] = False,
+    static: Annotated[bool, typer.Option("--static", help="Also write a PNG and an SVG of every figure into figures/ (slower; the pages can save any figure as PNG or SVG too).")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Render the figures into an offline HTML report plus PNG/SVG.
+    """Render the figures into an offline HTML report (with --static, PNG and SVG files too).
 
-    Every figure is drawn from the marts into one self-contained index.html, with a PNG and an SVG
-    per figure.  Figures without data are left out with a note.  The output folder must be new,
+    index.html holds the figures across models and links to one page per model with its own
+    figures (collages, heatmaps, head profiles); every page works offline, from the vega.js beside
+    it.  Figures without data are left out with a note.  The output folder must be new,
     empty or an earlier qkwh report (which is replaced, and said so); any other folder is refused.
     Warns when the marts are stale (or rebuilds them with --build) and when a model's current
     parameter set is partial.
@@ -1103,7 +1105,7 @@ def report(
         con.close()
     if replacing:
         err.print(f"replacing the earlier report in {target}", highlight=False)
-    result = render(wh, out=target, models=_split(models))
+    result = render(wh, out=target, models=_split(models), formats=("png", "svg") if static else ())
     out.print(result.summary(), highlight=False)
     for skipped in result.skipped:
         out.print(f"  left out {skipped.id}: {skipped.reason}", highlight=False, style="red" if skipped.failed else None)

@@ -20,6 +20,7 @@ pandas and the HTML stays self-contained.
 from __future__ import annotations
 
 import colorsys
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -90,6 +91,11 @@ MARTS: frozenset[str] = frozenset({
     "benchmark_fits", "head_metric_fits",
 })
 
+#: Marks a cross-model point cloud draws at most (a scatter of every head of 23 models x 300
+#: heads is a blot; its data would be most of the page).  Split evenly over the models.
+POINT_BUDGET = 3000
+
+
 # The report's model order: families together, checkpoints in training order, then size and id.
 _MODEL_ORDER_SQL = """
 SELECT model_id FROM model_summary
@@ -97,12 +103,6 @@ ORDER BY family NULLS LAST, trajectory_rank NULLS FIRST, params_b NULLS LAST, mo
 """
 
 _RELATIONS_SQL = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def relations(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -135,13 +135,18 @@ class Marts:
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, models: Sequence[str], *,
-                 max_points: int = 1000) -> None:
+                 max_points: int = 1000, point_budget: int = POINT_BUDGET) -> None:
         self.con = con
         self.models: list[str] = list(models)
         self.max_points = int(max_points)
+        self.point_budget = int(point_budget)
+        #: caption sentences of the figure being built (what :meth:`sample` left out); the
+        #: renderer clears them before each figure and appends them to its caption
+        self.notes: list[str] = []
         self._relations = relations(con)
         self._info: dict[str, ModelInfo] | None = None
         self._columns: dict[str, list[str]] = {}
+        self._cache: dict[tuple[str, str], tuple[list[str], list[tuple[Any, ...]]]] = {}
 
     # -- relations ---------------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -156,9 +161,18 @@ class Marts:
         return self._columns[name]
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        rel = self.con.execute(sql, list(params))
-        names = [d[0] for d in rel.description]
-        return [{k: _clean(v) for k, v in zip(names, row)} for row in rel.fetchall()]
+        """Fresh row dicts (figures add keys to them) of a query, run once per report: several
+        figures read the same mart, and the warehouse does not change while the report is drawn."""
+        key = (sql, repr(list(params)))
+        if key not in self._cache:
+            rel = self.con.execute(sql, list(params))
+            names = [d[0] for d in rel.description]
+            isfinite = math.isfinite
+            rows = [tuple(v if v.__class__ is not float or isfinite(v) else None for v in row)
+                    for row in rel.fetchall()]
+            self._cache[key] = (names, rows)
+        names, rows = self._cache[key]
+        return [dict(zip(names, row)) for row in rows]
 
     def rows(self, name: str, where: str = "", params: Sequence[Any] = (),
              order: str = "") -> list[dict[str, Any]]:
@@ -220,9 +234,52 @@ class Marts:
             out.append(r)
         return out
 
+    def sample(self, rows: list[dict[str, Any]], what: str, keys: Sequence[str] = ("layer", "q_head"),
+               budget: int | None = None) -> list[dict[str, Any]]:
+        """``rows`` (each with a model_id) cut to a cross-model point cloud a figure can show: see
+        :func:`sample_points`.  The caption sentence saying what was left out goes to :attr:`notes`."""
+        kept, note = sample_points(rows, self.point_budget if budget is None else budget, keys, what)
+        if note:
+            self.notes.append(note)
+        return kept
+
     def context_length(self, model_id: str) -> int | None:
         rows = self.rows("model_summary", "model_id = ?", [model_id])
         return rows[0].get("context_length") if rows else None
+
+
+_KEY_WORDS = {"q_head": "query head", "q_bucket": "query bucket"}
+
+
+def _point_hash(row: dict[str, Any], keys: Sequence[str]) -> bytes:
+    text = "|".join(str(row.get(k)) for k in ("model_id", *keys))
+    return hashlib.blake2b(text.encode(), digest_size=8).digest()
+
+
+def sample_points(rows: Sequence[dict[str, Any]], budget: int, keys: Sequence[str] = ("layer", "q_head"),
+                  what: str = "heads") -> tuple[list[dict[str, Any]], str]:
+    """At most ``ceil(budget / models)`` rows per model, and a caption sentence saying so ("" when
+    nothing is left out).
+
+    Deterministic and stable: a model keeps its rows with the smallest hash of (model_id, ``keys``),
+    so the same heads are drawn whatever else the report holds, run after run.  Rows keep their
+    order.
+    """
+    by_model: dict[Any, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_model.setdefault(r.get("model_id"), []).append(i)
+    if not by_model:
+        return list(rows), ""
+    cap = max(1, math.ceil(budget / len(by_model)))
+    if all(len(ix) <= cap for ix in by_model.values()):
+        return list(rows), ""
+    keep: set[int] = set()
+    for ix in by_model.values():
+        keep.update(sorted(ix, key=lambda i: _point_hash(rows[i], keys))[:cap])
+    kept = [r for i, r in enumerate(rows) if i in keep]
+    return kept, (f"Points: {len(kept):,} of {len(rows):,} {what} drawn, at most {cap:,} per model, "
+                  f"the same ones in every report (those with the smallest hash of model, "
+                  f"{', '.join(_KEY_WORDS.get(k, k.replace('_', ' ')) for k in keys)}).")
 
 
 def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:
@@ -356,19 +413,29 @@ def model_tooltip(*extra: Any) -> list[Any]:
             alt.Tooltip("family:N", title="family"), *extra]
 
 
-def base_config(chart: Any) -> Any:
-    """Fonts and sizes that stay legible in a PNG at paper size."""
-    return (
-        chart.configure(font="Liberation Sans, DejaVu Sans, Helvetica, Arial, sans-serif")
-        .configure_axis(labelFontSize=12, titleFontSize=13, titleFontWeight="normal",
-                        labelLimit=260, titlePadding=8)
-        .configure_legend(labelFontSize=12, titleFontSize=12, titleFontWeight="bold",
-                          labelLimit=260, titleLimit=320)
-        .configure_header(labelFontSize=13, titleFontSize=13, labelLimit=400)
-        .configure_title(fontSize=15, subtitleFontSize=12, anchor="start", offset=10,
-                         subtitleColor="#444")
-        .configure_view(stroke="#ccc")
-    )
+#: Fonts and sizes that stay legible in a PNG at paper size (the spec's top-level ``config``).
+CONFIG: dict[str, Any] = {
+    "font": "Liberation Sans, DejaVu Sans, Helvetica, Arial, sans-serif",
+    "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal", "labelLimit": 260,
+             "titlePadding": 8},
+    "legend": {"labelFontSize": 12, "titleFontSize": 12, "titleFontWeight": "bold", "labelLimit": 260,
+               "titleLimit": 320, "symbolLimit": 100},  # Vega drops entries past 30: a corpus has more models
+    "header": {"labelFontSize": 13, "titleFontSize": 13, "labelLimit": 400},
+    "title": {"fontSize": 15, "subtitleFontSize": 12, "anchor": "start", "offset": 10,
+              "subtitleColor": "#444"},
+    "view": {"stroke": "#ccc"},
+}
+
+
+def with_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (a chart's ``to_dict()``) with :data:`CONFIG` merged into its ``config``: the same
+    as ``chart.configure(...)``, without copying the chart (and its data) once per call."""
+    config = dict(spec.get("config") or {})
+    for key, value in CONFIG.items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(
+            config.get(key), dict) else value
+    spec["config"] = config
+    return spec
 
 
 def head_tooltip(*extra: Any) -> list[Any]:

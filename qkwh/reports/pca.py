@@ -94,7 +94,7 @@ def explained_variance(marts: Marts) -> Drawn:
 def rq_rk_scatter(marts: Marts) -> alt.Chart:
     rows = require(finite(marts.rows("head_taxonomy"), "r_q0", "r_k0"),
                    "head_taxonomy is empty (no PCA results)")
-    rows = marts.tag(rows)
+    rows = marts.tag(marts.sample(rows, "heads"))
     tax = taxonomy_classes(marts)
     for r in rows:
         r["class"] = tax.label(r.get("taxonomy"))

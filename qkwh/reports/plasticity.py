@@ -3,7 +3,6 @@ the forest plot of models by ap_drop and the Gaussian-vs-empirical comparison.""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import altair as alt
@@ -18,6 +17,7 @@ from qkwh.reports.base import (
     model_look,
     model_sort,
     model_tooltip,
+    pick,
     require,
     table_of,
     token_axis,
@@ -31,7 +31,7 @@ AP_TITLE = "attention plasticity AP (0–1)"
 AP_MEANING = "AP → 1: the query's content decides which key wins; AP → 0: position decides"
 NO_EMPIRICAL = ("no empirical plasticity in the warehouse: run `qkwh compute -p "
                 "plasticity.empirical=true` and `qkwh build`")
-SCATTER_CAP = 6000  # buckets drawn in the Gaussian-vs-empirical scatter (seeded sample above)
+SCATTER_CAP = 3000  # buckets drawn in the Gaussian-vs-empirical scatter (Marts.sample)
 
 
 def heatmap(marts: Marts, model_id: str) -> alt.LayerChart:
@@ -359,9 +359,10 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
     if not buckets:
         raise NoData(NO_EMPIRICAL)
     n_all = len(buckets)
-    if n_all > SCATTER_CAP:  # seeded, so the report is reproducible
-        buckets = random.Random(0).sample(buckets, SCATTER_CAP)
-    buckets = marts.tag(buckets)
+    buckets = marts.tag(pick(marts.sample(buckets, "buckets", ("layer", "q_head", "q_bucket"), SCATTER_CAP),
+                             "model_id", "head_label", "layer", "q_head", "k_head", "q_bucket",
+                             "bucket_position", "ap_bucket", "ap_bucket_empirical", "gauss_gap",
+                             "gauss_gap_se"))
     try:
         depth_means = depth_rows(marts, "gauss_gap")
     except NoData:
@@ -432,7 +433,7 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
                       errorbar(base, x, color="#444", thickness=2, ticks=False), *pts).properties(
         width=260, height=alt.Step(24), title=alt.Title("Per model, with interval",
                                                         subtitle="hollow = no interval"))
-    shown = (f"{len(buckets):,} of {n_all:,} buckets drawn (seeded sample)" if n_all > len(buckets)
+    shown = (f"{len(buckets):,} of {n_all:,} buckets drawn (sample: see the caption)" if n_all > len(buckets)
              else f"{n_all:,} buckets")
     chart = alt.hconcat(left, middle, right, spacing=28).resolve_scale(color="shared").properties(
         title=alt.Title("Gaussian vs empirical plasticity",

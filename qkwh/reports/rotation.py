@@ -235,8 +235,8 @@ def _corr_line(c: dict[str, Any], who: str) -> str:
 
 
 def bias_vs_separation(marts: Marts) -> Drawn:
-    rows = require(head_rows(marts, "bias_strength", "separation_strength"),
-                   "no head has both bias_strength and separation_strength")
+    rows = marts.sample(require(head_rows(marts, "bias_strength", "separation_strength"),
+                                "no head has both bias_strength and separation_strength"), "heads")
     for r in rows:
         r["bias_e3"] = r["bias_strength"] * 1e3
     look = model_look(marts, {r["model_id"] for r in rows})

@@ -220,7 +220,7 @@ def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
 
     drawn = {}
 
-    def fake_render(wh, out=None, models=None):
+    def fake_render(wh, out=None, models=None, **kw):
         drawn["called"] = True
         raise NotFoundError("stop here")
 

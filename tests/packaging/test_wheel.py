@@ -147,6 +147,8 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     assert (work / "qkwh.dbt" / "logs" / "dbt.log").is_file()
     report = work / "reports" / "demo"
     assert (report / "index.html").is_file() and (report / "figures.json").is_file()
+    assert (report / "vega.js").is_file() and list((report / "models").glob("*.html"))
+    assert list((report / "figures").glob("*.vl.json")) and not list((report / "figures").glob("*.png"))
     assert sorted(p.name for p in work.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
     r = subprocess.run([str(venv / "bin" / "qkwh"), "models"], capture_output=True, text=True, env=env, cwd=work)
     assert r.returncode == 0 and "smollm2-135m" in r.stdout, r.stderr

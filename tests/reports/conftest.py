@@ -94,3 +94,53 @@ def recorded_report(report_warehouse: Path, tmp_path_factory):
 @pytest.fixture(scope="session")
 def fixture_report(recorded_report):
     return recorded_report[0]
+
+
+CORPUS_MODELS = 6
+CORPUS_COPIES = 4  # the sample's 12 heads, 4 times: 48 heads per model
+CORPUS_FAMILIES = ("SmolLM2", "Qwen3", "Llama3.2")
+
+
+@pytest.fixture(scope="session")
+def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
+    """A mid-sized corpus for the report's scale tests, in seconds rather than a dbt build: a
+    copy of the fixture warehouse whose marts (and the collages' files and axes) hold 6 models
+    of 48 heads each, every one the sample model's rows under a new model id, label and family,
+    its heads repeated 4 times under new head numbers (q_head + 100 j, same files)."""
+    import shutil
+
+    import duckdb
+
+    from qkwh.reports.base import MARTS
+
+    db = tmp_path_factory.mktemp("corpus") / "corpus.duckdb"
+    shutil.copy(report_warehouse, db)
+    con = duckdb.connect(str(db))
+    try:
+        def columns(table: str) -> list[str]:
+            return [r[0] for r in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                "AND table_name = ?", [table]).fetchall()]
+
+        ids = [f"corpus-{i}" for i in range(CORPUS_MODELS)]
+        for table in sorted(MARTS) + ["files", "pca_axes", "rotation_axes"]:
+            cols = columns(table)
+            if "model_id" not in cols:
+                continue
+            heads = [h for h in (("head",) if table == "files" else ("q_head", "k_head")) if h in cols]
+            for i, mid in enumerate(ids):
+                for j in range(CORPUS_COPIES if heads else 1):
+                    new = [f"'{mid}' AS model_id"]
+                    if "label" in cols:
+                        new.append(f"'Corpus model {i}' AS label")
+                    if "family" in cols:
+                        new.append(f"'{CORPUS_FAMILIES[i % len(CORPUS_FAMILIES)]}' AS family")
+                    new += [f"{h} + {100 * j} AS {h}" for h in heads]
+                    if "head_label" in cols:
+                        new.append(f"'L' || layer || 'H' || (q_head + {100 * j}) AS head_label")
+                    con.execute(f'INSERT INTO "{table}" BY NAME SELECT * REPLACE ({", ".join(new)}) '
+                                f'FROM "{table}" WHERE model_id = ?', [MODEL])
+            con.execute(f'DELETE FROM "{table}" WHERE NOT list_contains(?::VARCHAR[], model_id)', [ids])
+    finally:
+        con.close()
+    return db

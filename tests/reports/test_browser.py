@@ -1,5 +1,6 @@
-"""The fixture report in a real browser (headless Debian Chromium driven by Playwright): every
-chart draws marks, the console shows no error, and nothing is fetched from the network.
+"""The fixture report in a real browser (headless Debian Chromium driven by Playwright): on the
+index and on every model page, every chart draws marks, the console shows no error, and nothing
+is fetched from the network (vega.js comes from the report folder, over file://).
 
 Needs Debian's chromium (`apt-get install chromium`; `.ci/run` installs it).  Playwright's own
 browser download (`playwright install`) is never used: the system binary is launched directly.
@@ -94,19 +95,28 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
 
     context.route("http://**/*", block)
     context.route("https://**/*", block)
-    page = context.new_page()
     console: list[tuple[str, str]] = []
     page_errors: list[str] = []
-    page.on("console", lambda msg: console.append((msg.type, msg.text)))
-    page.on("pageerror", lambda exc: page_errors.append(str(exc)))
-    page.on("request", lambda req: network.append(req.url) if req.url.startswith(("http:", "https:")) else None)
+    state = {"marks": {}, "tooltips": {}, "errors": [], "total": 0}
     try:
-        page.goto(fixture_report.index.as_uri(), wait_until="load")
-        page.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000)
-        state = page.evaluate(COUNT_MARKS_JS)
-        page.screenshot(path=str(shots / "index.png"), full_page=True)
-        for f in fixture_report.figures:
-            page.locator(f"#fig-{f.id}").screenshot(path=str(shots / f"{f.id}.png"))
+        for html in (fixture_report.index, *fixture_report.model_pages):
+            page = context.new_page()
+            page.on("console", lambda msg: console.append((msg.type, msg.text)))
+            page.on("pageerror", lambda exc: page_errors.append(str(exc)))
+            page.on("request", lambda req: network.append(req.url)
+                    if req.url.startswith(("http:", "https:")) else None)
+            page.goto(html.as_uri(), wait_until="load")
+            page.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000)
+            got = page.evaluate(COUNT_MARKS_JS)
+            for key in ("marks", "tooltips"):
+                state[key].update(got[key])
+            state["errors"] += got["errors"]
+            state["total"] += got["total"]
+            page.screenshot(path=str(shots / f"{html.stem}.png"), full_page=True)
+            for f in fixture_report.figures:
+                if f.page == html:
+                    page.locator(f"#fig-{f.id}").screenshot(path=str(shots / f"{f.id}.png"))
+            page.close()
     finally:
         context.close()
 

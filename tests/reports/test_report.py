@@ -1,7 +1,10 @@
-"""`qkwh report` on the fixture warehouse: every expected figure file, a self-contained index.html,
-figures without data left out with a reason, intervals drawn and explained, models told apart by
-their labels, figures reading marts only, and the figures the fixture cannot feed (training
-dynamics, published comparison, benchmarks) drawn from hand-filled mart rows."""
+"""`qkwh report` on the fixture warehouse: every expected figure on its page (the index for
+cross-model figures, one page per model for the others), pages that work offline from the one
+vega.js of the folder, PNG/SVG only when asked, figures without data left out with a reason,
+intervals drawn and explained, models told apart by their labels, figures reading marts only,
+and the figures the fixture cannot feed (training dynamics, published comparison, benchmarks)
+drawn from hand-filled mart rows.  The report of a mid-sized corpus (6 models x 48 heads):
+bounded index size, point clouds sampled deterministically and within their budget."""
 
 from __future__ import annotations
 
@@ -62,22 +65,39 @@ class _Refs(HTMLParser):
             self.links.append(a["href"])
 
 
-def test_every_expected_figure_file_exists(fixture_report):
+def test_every_expected_figure_is_drawn_on_its_page_without_static_files(fixture_report):
     r = fixture_report
     ids = {f.id for f in r.figures}
     assert EXPECTED <= ids, sorted(EXPECTED - ids)
     assert r.failed == ()
     for f in r.figures:
+        spec = json.loads(f.spec.read_text())
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+        assert f.spec.parent == r.out / "figures"
+        assert f.png is None and f.svg is None  # PNG and SVG only with --static
+        want = r.index if f.model_id is None else r.out / "models" / f"{f.model_id}.html"
+        assert f.page == want, f.id
+        assert f'data-figure="{f.id}"' in f.page.read_text(), f.id
+    # nothing from an earlier render lingers; every file belongs to a listed figure
+    names = {p.name for p in (r.out / "figures").iterdir()}
+    assert names == {f.spec.name for f in r.figures}
+    assert not list(r.out.rglob("*.png")) and not list(r.out.rglob("*.svg"))
+
+
+def test_static_files_are_written_when_asked(report_warehouse, tmp_path):
+    r = render(report_warehouse, out=tmp_path / "static", models=[SYNTH], strict=True,
+               figures=["pca-taxonomy", "pca-collage"], formats=("png", "svg"))
+    assert {f.id for f in r.figures} == {"pca-taxonomy", f"pca-collage-{SYNTH}"}
+    for f in r.figures:
         assert f.png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.png.stat().st_size > 5_000, f.id
         root = ET.parse(f.svg).getroot()
         assert root.tag.endswith("svg"), f.id
         assert len(list(root.iter())) > 30, f"{f.id}: SVG looks empty"
-        spec = json.loads(f.spec.read_text())
-        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
-        assert f.png.parent == r.out / "figures"
-    # nothing from an earlier render lingers; every file belongs to a listed figure
-    names = {p.name for p in (r.out / "figures").iterdir()}
-    assert names == {p for f in r.figures for p in (f.png.name, f.svg.name, f.spec.name)}
+        assert f.png.parent == f.svg.parent == r.out / "figures"
+    # a render without static files removes those of the earlier one
+    again = render(report_warehouse, out=tmp_path / "static", models=[SYNTH], figures=["pca-taxonomy"])
+    assert [p.name for p in (again.out / "figures").iterdir()] == ["pca-taxonomy.vl.json"]
+    assert not (again.out / "models").exists() or not list((again.out / "models").iterdir())
 
 
 # cross-model figures with a colour per model and a legend that picks models
@@ -137,20 +157,60 @@ def test_figures_without_data_are_left_out_with_a_reason(fixture_report):
     assert [f["id"] for f in index["figures"]] == [f.id for f in fixture_report.figures]
 
 
-def test_index_html_is_self_contained(fixture_report):
-    html = fixture_report.index.read_text()
+def _page_refs(page: Path) -> _Refs:
     refs = _Refs()
-    refs.feed(html)
-    assert refs.loads == [], f"index.html loads external resources: {refs.loads}"
-    assert refs.inline_scripts >= 2  # the Vega bundle and the embedding script
-    assert "@import" not in html and "url(http" not in html
-    for href in refs.links:  # links go to our own files or anchors, never to the network
-        assert not href.startswith(("http:", "https:", "//")), href
-        if not href.startswith("#"):
-            assert (fixture_report.out / href).is_file(), href
-    assert "vegaEmbed" in html and "vegaLite" in html
+    refs.feed(page.read_text())
+    return refs
+
+
+def test_pages_work_offline_from_the_one_vega_js(fixture_report):
+    out = fixture_report.out
+    vendor = out / "vega.js"
+    assert "vegaEmbed" in vendor.read_text() and "vegaLite" in vendor.read_text()
+    pages = [fixture_report.index, *fixture_report.model_pages]
+    assert len(pages) == 3
+    for page in pages:
+        html = page.read_text()
+        refs = _page_refs(page)
+        # the one script loaded from a file is the report folder's vega.js (relative: the folder
+        # can be moved, and file:// works); the embedding script is inline
+        assert [(page.parent / s).resolve() for s in refs.loads] == [vendor], (page, refs.loads)
+        assert refs.inline_scripts >= 1
+        assert "@import" not in html and "url(http" not in html
+        for href in refs.links:  # links go to our own files or anchors, never to the network
+            assert not href.startswith(("http:", "https:", "//")), href
+            target, _, anchor = href.partition("#")
+            dest = (page.parent / target).resolve() if target else page
+            assert dest.is_file(), (page, href)
+            if anchor:
+                assert f'id="{anchor}"' in dest.read_text(), (page, href)
     for f in fixture_report.figures:
+        html = f.page.read_text()
         assert f'id="vis-{f.id}"' in html and f'data-figure="{f.id}"' in html
+
+
+def test_per_model_figures_are_on_model_pages_linked_from_the_index(fixture_report):
+    r = fixture_report
+    index = r.index.read_text()
+    per_model = [f for f in r.figures if f.model_id]
+    assert per_model
+    for f in per_model:  # never on the index: the index does not grow with models x figures
+        assert f'data-figure="{f.id}"' not in index
+        assert f'href="models/{f.model_id}.html#fig-{f.id}"' in index, f.id
+    for m in (MODEL, SYNTH):
+        page = r.out / "models" / f"{m}.html"
+        assert page in r.model_pages
+        html = page.read_text()
+        assert f'href="models/{m}.html"' in index  # the model list and the selector
+        assert html.count('class="vl-spec"') == sum(1 for f in per_model if f.model_id == m)
+        assert 'href="../index.html"' in html  # back to the cross-model figures
+        # the selector on every page reaches every model page
+        assert all(f'value="{p.name}"' in html for p in r.model_pages if p != page)
+    # figures.json names every figure's page
+    index_json = json.loads(r.figure_index.read_text())
+    assert {f["id"]: f["page"] for f in index_json["figures"]} == {
+        f.id: f.page.relative_to(r.out).as_posix() for f in r.figures}
+    assert index_json["vendor_js"] == "vega.js"
 
 
 def test_the_catalogue_covers_every_figure_family():
@@ -285,7 +345,23 @@ def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse,
     assert "left out broken-figure: failed: RuntimeError: simulated drawing bug" in r.output
     assert "1 figure(s) failed to render" in r.stderr
     assert (tmp_path / "rep" / "index.html").exists()
-    assert (tmp_path / "rep" / "figures" / f"{first.key}.png").exists()
+    assert (tmp_path / "rep" / "figures" / f"{first.key}.vl.json").exists()
+    assert not (tmp_path / "rep" / "figures" / f"{first.key}.png").exists()  # no --static
+
+
+def test_cli_report_static_writes_png_and_svg(report_warehouse, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from qkwh.cli import app
+    from qkwh.reports import render as render_mod
+
+    fig = next(f for f in render_mod.CATALOGUE if f.key == "pca-taxonomy")
+    monkeypatch.setattr(render_mod, "CATALOGUE", (fig,))
+    r = CliRunner().invoke(app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    for ext in ("png", "svg", "vl.json"):
+        assert (tmp_path / "rep" / "figures" / f"pca-taxonomy.{ext}").is_file(), ext
+    assert "--static" in CliRunner().invoke(app, ["report", "--help"]).output
 
 
 # ------------------------------------------------------------------------------------------
@@ -541,3 +617,83 @@ def test_taxonomy_thresholds_classes_and_colours_come_from_the_build(report_ware
     assert "0.25 / 0.8" in json.dumps(scatter["title"]) and "0.25 / 0.8" in json.dumps(shares["title"])
     scales = [d for d in _walk(shares) if "range" in d and "domain" in d]
     assert [(lab, col) for s in scales for lab, col in zip(s["domain"], s["range"])] == want
+
+
+# ------------------------------------------------------------------------------------------
+# a mid-sized corpus: the index stays small, point clouds are sampled within their budget
+# ------------------------------------------------------------------------------------------
+
+#: index.html of 6 models x 48 heads: 1.7 MB (1.1 MB of it the Gaussian-vs-empirical buckets).
+#: With the per-model figures on it, as before, it was 20 MB; without the bucket sample 3.4 MB.
+#: (The corpus-scale target, 10 MB at 23 x 300, is measured by bench/corpus.py.)
+CORPUS_INDEX_BYTES = 2_500_000
+
+
+@pytest.fixture(scope="module")
+def corpus_report(corpus_warehouse, tmp_path_factory):
+    return render(corpus_warehouse, out=tmp_path_factory.mktemp("corpus-report") / "r", strict=True)
+
+
+def test_corpus_index_stays_small_and_each_model_has_its_page(corpus_report):
+    r = corpus_report
+    assert len(r.models) == 6 and r.failed == ()
+    assert r.index.stat().st_size <= CORPUS_INDEX_BYTES, r.index.stat().st_size
+    assert not list(r.out.rglob("*.png")) and not list(r.out.rglob("*.svg"))
+    assert sorted(p.name for p in r.model_pages) == [f"corpus-{i}.html" for i in range(6)]
+    index = r.index.read_text()
+    assert index.count('class="vl-spec"') == sum(1 for f in r.figures if f.model_id is None)
+    assert "<script src=" in index and index.count("vegaEmbed(") == 1  # the bundle is not inlined
+    per_model = {f.id.removesuffix(f"-{f.model_id}") for f in r.figures if f.model_id}
+    assert {"pca-collage", "rot-ab-collage", "ap-heatmap"} <= per_model
+    for page in r.model_pages:  # a model page holds its own figures only
+        assert page.read_text().count('class="vl-spec"') == len(per_model)
+
+
+def _points(spec: dict) -> dict[str, list[tuple]]:
+    """model_id -> sorted (layer, q_head) of the records of a head scatter."""
+    out: dict[str, list[tuple]] = {}
+    for rec in _records(spec):
+        if "q_head" in rec:
+            out.setdefault(rec["model_id"], []).append((rec["layer"], rec["q_head"]))
+    return {m: sorted(v) for m, v in out.items()}
+
+
+def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_path):
+    figs = ["pca-rq-rk-scatter", "rot-bias-vs-separation"]
+    a = render(corpus_warehouse, out=tmp_path / "a", figures=figs, point_budget=60, strict=True)
+    b = render(corpus_warehouse, out=tmp_path / "b", figures=figs, point_budget=60, strict=True)
+    two = render(corpus_warehouse, out=tmp_path / "two", figures=figs, point_budget=20, strict=True,
+                 models=["corpus-0", "corpus-3"])
+    for fid in figs:
+        fa, fb, ft = ({f.id: f for f in r.figures}[fid] for r in (a, b, two))
+        pa = _points(json.loads(fa.spec.read_text()))
+        assert sorted(pa) == [f"corpus-{i}" for i in range(6)], fid
+        assert all(len(v) == 10 for v in pa.values()), fid  # 60 marks, 10 per model, of 48 heads
+        assert "Points: 60 of 288 heads drawn, at most 10 per model" in fa.caption, fa.caption
+        assert fa.spec.read_text() == fb.spec.read_text(), fid  # the same run after run
+        # a model's heads do not depend on the other models in the report
+        pt = _points(json.loads(ft.spec.read_text()))
+        assert pt == {m: pa[m] for m in ("corpus-0", "corpus-3")}, fid
+        # not simply the first heads: drawn from every layer copy
+        assert len({q // 100 for _, q in pa["corpus-0"]}) > 1
+    # with room for every head nothing is left out and the caption says nothing
+    full = render(corpus_warehouse, out=tmp_path / "full", figures=["pca-rq-rk-scatter"], point_budget=288)
+    assert sum(map(len, _points(json.loads(full.figures[0].spec.read_text())).values())) == 288
+    assert "Points:" not in full.figures[0].caption
+
+
+def test_specs_carry_only_the_data_columns_they_name():
+    import altair as alt
+
+    from qkwh.reports.base import table_of
+    from qkwh.reports.render import _spec
+
+    rows = [{"model_id": "m", "x": 1.0, "y": 2.0, "label_unused": "a" * 50, "z": 3.0}]
+    chart = alt.Chart(table_of(rows)).mark_point().encode(
+        x="x:Q", y="y:Q", tooltip=[alt.Tooltip("model_id:N")]).transform_filter("datum.z > 0")
+    [data] = _spec(chart)["datasets"].values()
+    assert data == [{"model_id": "m", "x": 1.0, "y": 2.0, "z": 3.0}]  # z: named in an expression
+    # a tooltip showing every field keeps every column
+    every = alt.Chart(table_of(rows)).mark_point(tooltip=True).encode(x="x:Q")
+    [data] = _spec(every)["datasets"].values()
+    assert data == rows
