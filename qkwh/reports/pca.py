@@ -167,26 +167,26 @@ def collage(marts: Marts, model_id: str) -> alt.FacetChart:
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("pca-pc-roles", SECTION, "PC roles: mean r_q and r_k per principal component",
               "How much each of the 10 PCs of the pooled Q+K PCA tracks token position, for queries "
-              "and keys, one colour per model (qk-pca/01).", ("model_summary", "model_metric_ci"),
+              "and keys, one colour per model.", ("model_summary", "model_metric_ci"),
               pc_roles),
     FigureDef("pca-rq-rk-scatter", SECTION, "r_q0 vs r_k0 per head, by model",
               "Each mark is a head (colour = model, shape = family); families occupy distinct "
-              "regions of the (r_q, r_k) plane (qk-pca/02).", ("head_taxonomy", "taxonomy_classes"), rq_rk_scatter),
+              "regions of the (r_q, r_k) plane.", ("head_taxonomy", "taxonomy_classes"), rq_rk_scatter),
     FigureDef("pca-depth-rq0", SECTION, "Layer-depth heatmap of r_q0",
-              "Mean query PC0–position correlation per model and relative depth (qk-pca/03); "
+              "Mean query PC0–position correlation per model and relative depth; "
               "cells are means over the heads of a depth bin, drawn without an interval.",
               ("depth_profile",), depth_rq0),
     FigureDef("pca-depth-rk0", SECTION, "Layer-depth heatmap of r_k0",
-              "Mean key PC0–position correlation per model and relative depth (qk-pca/04); "
+              "Mean key PC0–position correlation per model and relative depth; "
               "cells are means over the heads of a depth bin, drawn without an interval.",
               ("depth_profile",), depth_rk0),
     FigureDef("pca-explained-variance", SECTION, "Explained variance per principal component",
-              "Mean explained-variance ratio of each PC of the pooled Q+K PCA (qk-pca/05).",
+              "Mean explained-variance ratio of each PC of the pooled Q+K PCA.",
               ("model_summary", "model_metric_ci"), explained_variance),
     FigureDef("pca-collage", SECTION, "Q/K collage in the PC0/PC1 plane",
-              "Queries and keys of four seeded random heads projected on their PC0/PC1 axes "
-              "(qk-pca/06).", ("pca_axes (vectors reader)", "files (vectors reader)", "model_summary"),
+              "Queries and keys of four seeded random heads projected on their PC0/PC1 axes.",
+              ("pca_axes (vectors reader)", "files (vectors reader)", "model_summary"),
               collage, per_model=True),
     FigureDef("pca-taxonomy", SECTION, "Head taxonomy fractions",
-              "Share of heads per taxonomy class for each model, with intervals (qk-pca/08).", ("taxonomy_fractions", "taxonomy_classes", "model_metric_ci"), taxonomy),
+              "Share of heads per taxonomy class for each model, with intervals.", ("taxonomy_fractions", "taxonomy_classes", "model_metric_ci"), taxonomy),
 )

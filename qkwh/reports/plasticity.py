@@ -447,27 +447,27 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("ap-heatmap", SECTION, "Plasticity heatmap (inter-key × key-to-query distance)",
               "Pooled plasticity per (inter-key distance, key-to-query distance) cell; masked cells "
-              "have fewer than n_min pairs (attention-plasticity/01–04).",
+              "have fewer than n_min pairs.",
               ("plasticity_heatmap_model",), heatmap, per_model=True),
     FigureDef("ap-head-profiles", SECTION, "Per-head plasticity profiles with the model mean",
               "Every head's plasticity along the context (grey) and the model mean (red) with its "
-              "interval (attention-plasticity/05–07).", ("head_metrics", "model_summary",
+              "interval.", ("head_metrics", "model_summary",
                                                           "model_metric_ci"), head_profiles,
               per_model=True),
     FigureDef("ap-component-weights", SECTION, "Component weights by head dimension",
-              "Which head dimensions carry the query position signal (attention-plasticity/08). "
+              "Which head dimensions carry the query position signal. "
               "Means over heads, drawn without an interval (component weights are not "
               "bootstrapped; the tooltip gives the sd over heads).",
               ("component_weights_model",), component_weights),
     FigureDef("ap-decile-profiles", SECTION, "Decile profiles across models",
               "Model plasticity per decile of the context window, one colour per model, with "
-              "intervals (Tables 4/10).", ("model_summary", "model_metric_ci"), decile_profiles),
+              "intervals.", ("model_summary", "model_metric_ci"), decile_profiles),
     FigureDef("ap-forest", SECTION, "Forest plot: models by ap_drop",
               "Each model's ap_drop and ap_overall with their intervals, sorted by ap_drop.",
               ("model_summary", "model_metric_ci"), forest),
     FigureDef("ap-drop-vs-benchmark", SECTION, "ap_drop vs benchmark score",
-              "ap_drop against long-context benchmark scores with a linear fit and Pearson r "
-              "(attention-plasticity/10).", ("benchmark_joins", "benchmark_fits",
+              "ap_drop against long-context benchmark scores with a linear fit and Pearson r.",
+              ("benchmark_joins", "benchmark_fits",
                                               "benchmark_correlations", "model_metric_ci"),
               drop_vs_benchmark),
     FigureDef("ap-gauss-vs-empirical", SECTION, "Gaussian vs empirical plasticity",

@@ -91,7 +91,7 @@ def abs_r_per_model(marts: Marts) -> Drawn:
         width=min(1100, max(320, 110 * len(order))), height=280, title=alt.Title(
             "Position signal on the drift axis a: queries vs keys",
             subtitle="mean over heads of |r_q_a| and |r_k_a| per model, black bars = interval of the "
-                     "mean (qk-rotation/02)"))
+                     "mean"))
     return Drawn(chart, ci.caption("Black bars"))
 
 
@@ -136,7 +136,7 @@ def variance_decomposition(marts: Marts) -> Drawn:
         x, color="#111", thickness=1.6)
     chart = alt.layer(stack, whisk).properties(width=460, height=alt.Step(30), title=alt.Title(
         "Variance decomposition: {a, b} plane vs complement",
-        subtitle=["mean var_frac_a, var_frac_b and 1 − plane_var_fraction per model (qk-rotation/03)",
+        subtitle=["mean var_frac_a, var_frac_b and 1 − plane_var_fraction per model",
                   "black bars: interval of var_frac_a (at the end of a) and of plane_var_fraction "
                   "(at the end of b)"]))
     return Drawn(chart, ci.caption("Black bars"))
@@ -182,7 +182,7 @@ def bias_distribution(marts: Marts) -> Drawn:
         data=table_of(rows + means), spacing=8,
     ).resolve_scale(y="independent").properties(title=alt.Title(
         "bias_strength distribution per model",
-        subtitle=["bias_strength = mu_q_a · alpha_k; positive = later keys favoured (qk-rotation/04)",
+        subtitle=["bias_strength = mu_q_a · alpha_k; positive = later keys favoured",
                   "black line: the model mean, grey band: its interval"]))
     return Drawn(chart, ci.caption("Grey bands"))
 
@@ -208,7 +208,7 @@ def slope_ratio(marts: Marts) -> Drawn:
         width=420, height=alt.Step(26), title=alt.Title(
             "Key-to-query drift slope ratio",
             subtitle="median over heads of |alpha_k| / |alpha_q|, black bars = interval of the median; "
-                     "dashed line = equal slopes (qk-rotation/05)"))
+                     "dashed line = equal slopes"))
     return Drawn(chart, ci.caption("Black bars"))
 
 
@@ -349,37 +349,37 @@ def complement_collage(marts: Marts, model_id: str) -> alt.FacetChart:
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("rot-ab-collage", SECTION, "{a, b} plane collage",
               "Queries and keys of four seeded random heads on the drift axis a and the separation "
-              "axis b (qk-rotation/01).", ("rotation_axes (vectors reader)", "files (vectors reader)",
+              "axis b.", ("rotation_axes (vectors reader)", "files (vectors reader)",
                                           "model_summary"),
               ab_collage, per_model=True),
     FigureDef("rot-abs-r", SECTION, "|r_q_a| vs |r_k_a| per model",
-              "Mean position correlation of queries and keys on the drift axis, with intervals "
-              "(qk-rotation/02).", ("model_summary", "model_metric_ci"), abs_r_per_model),
+              "Mean position correlation of queries and keys on the drift axis, with intervals.",
+              ("model_summary", "model_metric_ci"), abs_r_per_model),
     FigureDef("rot-variance", SECTION, "Variance decomposition (a, b, complement)",
-              "Share of pooled Q+K variance on a, on b and in the complement, with intervals "
-              "(qk-rotation/03).", ("model_summary", "model_metric_ci"), variance_decomposition),
+              "Share of pooled Q+K variance on a, on b and in the complement, with intervals.",
+              ("model_summary", "model_metric_ci"), variance_decomposition),
     FigureDef("rot-bias-distribution", SECTION, "bias_strength distribution per model",
               "Histogram of per-head bias_strength × 10³, one row per model, with the model mean "
-              "and its interval (qk-rotation/04).", (HEAD_MART, "model_summary", "model_metric_ci"),
+              "and its interval.", (HEAD_MART, "model_summary", "model_metric_ci"),
               bias_distribution),
     FigureDef("rot-slope-ratio", SECTION, "K/Q drift slope ratio",
-              "Median |alpha_k| / |alpha_q| per model, with intervals (qk-rotation/05).",
+              "Median |alpha_k| / |alpha_q| per model, with intervals.",
               ("model_summary", "model_metric_ci"), slope_ratio),
     FigureDef("rot-depth-abs-rka", SECTION, "Layer-depth heatmap of |r_k_a|",
-              "Mean |r_k_a| per model and relative depth (qk-rotation/06, left); cells are means "
+              "Mean |r_k_a| per model and relative depth; cells are means "
               "over the heads of a depth bin, drawn without an interval.",
               ("depth_profile",), depth_abs_rka),
     FigureDef("rot-depth-bias", SECTION, "Layer-depth heatmap of bias_strength",
-              "Mean bias_strength × 10³ per model and relative depth (qk-rotation/06, right); cells "
+              "Mean bias_strength × 10³ per model and relative depth; cells "
               "are means over the heads of a depth bin, drawn without an interval.",
               ("depth_profile",), depth_bias),
     FigureDef("rot-bias-vs-separation", SECTION, "bias_strength vs separation_strength",
               "Per-head scatter with within-model fits and Pearson r with intervals (Simpson's "
-              "paradox, qk-rotation/07).", (HEAD_MART, "head_metric_fits", "family_correlations"),
+              "paradox).", (HEAD_MART, "head_metric_fits", "family_correlations"),
               bias_vs_separation),
     FigureDef("rot-complement-collage", SECTION, "Complement-pair collage",
               "The complement SVD pairs of one seeded random head: RoPE rotation planes appear as "
-              "rings (qk-rotation/08).", ("rotation_axes (vectors reader)", "head_rotation_pairs",
+              "rings.", ("rotation_axes (vectors reader)", "head_rotation_pairs",
                                         "files (vectors reader)", "model_summary"),
               complement_collage, per_model=True),
 )

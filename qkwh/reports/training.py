@@ -120,7 +120,7 @@ def rotation_trajectory(marts: Marts) -> Drawn:
     ).resolve_scale(y="independent").properties(title=alt.Title(
         "Rotation geometry across training checkpoints",
         subtitle="bar: median over heads, dotted line: interquartile range (spread of heads); black: "
-                 "mean over heads with its interval (qk-rotation/09)"))
+                 "mean over heads with its interval"))
     return Drawn(chart, "The interquartile range is the spread of the heads, not an interval. "
                  + ci.caption("Black bars (on the mean)"))
 
@@ -156,7 +156,7 @@ def bias_decomposition(marts: Marts) -> Drawn:
     ).resolve_scale(y="independent").properties(title=alt.Title(
         "Bias decomposition across checkpoints: bias_strength = mu_q_a · alpha_k",
         subtitle="means over heads with their intervals: mu_q_a = mean query projection on the drift "
-                 "axis a, alpha_k = key drift slope (qk-rotation/10)"))
+                 "axis a, alpha_k = key drift slope"))
     return Drawn(chart, ci.caption())
 
 
@@ -183,7 +183,7 @@ def plasticity_trajectory(marts: Marts) -> Drawn:
         width=_width(rows, 40, 360), height=280, title=alt.Title(
             "Plasticity across checkpoints: early vs late context",
             subtitle="ap_first_20pct, ap_last_20pct and ap_drop per checkpoint with their intervals "
-                     "(attention-plasticity/09)"))
+                     ""))
     return Drawn(chart, ci.caption())
 
 
@@ -218,7 +218,7 @@ def pca_trajectory(marts: Marts) -> Drawn:
     ).resolve_scale(y="independent").properties(title=alt.Title(
         "PCA position signal across checkpoints",
         subtitle="mean over heads; thick bar: its interval, thin grey line: ± 1 sd over heads (the "
-                 "spread of heads) (qk-pca/07 and /09)"))
+                 "spread of heads)"))
     return Drawn(chart, "Thin grey lines: ± 1 sd over heads (spread, not an interval). "
                  + ci.caption("Thick bars"))
 
@@ -243,25 +243,25 @@ def taxonomy_evolution(marts: Marts) -> Drawn:
     return Drawn(chart.properties(title=alt.Title(
         "Head taxonomy across checkpoints",
         subtitle="share of heads per class, one panel per class, black bars = interval of each share "
-                 "(qk-pca/08)")), ci.caption("Black bars"))
+                 "")), ci.caption("Black bars"))
 
 
 FIGURES: tuple[FigureDef, ...] = (
     FigureDef("train-bias-decomposition", SECTION, "Bias decomposition across checkpoints",
-              "mu_q_a, alpha_k and bias_strength per checkpoint with intervals (qk-rotation/10).",
+              "mu_q_a, alpha_k and bias_strength per checkpoint with intervals.",
               ("bias_decomposition", "model_metric_ci"), bias_decomposition),
     FigureDef("train-rotation", SECTION, "Rotation geometry across checkpoints",
               "|r_k_a|, separation, bias and plane variance: median + IQR over heads, and the mean "
-              "with its interval (qk-rotation/09).", ("training_trajectory", "model_metric_ci"),
+              "with its interval.", ("training_trajectory", "model_metric_ci"),
               rotation_trajectory),
     FigureDef("train-plasticity", SECTION, "Plasticity first/last 20 % and ap_drop across checkpoints",
-              "Early- and late-context plasticity and their difference, with intervals "
-              "(attention-plasticity/09).", ("training_trajectory", "model_metric_ci"),
+              "Early- and late-context plasticity and their difference, with intervals.",
+              ("training_trajectory", "model_metric_ci"),
               plasticity_trajectory),
     FigureDef("train-pca", SECTION, "PCA position signal across checkpoints",
-              "r_q0, r_k0 and PC0 explained variance: mean with its interval and ± sd over heads "
-              "(qk-pca/07, /09).", ("training_trajectory", "model_metric_ci"), pca_trajectory),
+              "r_q0, r_k0 and PC0 explained variance: mean with its interval and ± sd over heads.",
+              ("training_trajectory", "model_metric_ci"), pca_trajectory),
     FigureDef("train-taxonomy", SECTION, "Taxonomy evolution across checkpoints",
-              "Share of heads per taxonomy class per checkpoint, with intervals (qk-pca/08).",
+              "Share of heads per taxonomy class per checkpoint, with intervals.",
               ("training_trajectory", "taxonomy_classes", "model_metric_ci"), taxonomy_evolution),
 )

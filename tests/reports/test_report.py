@@ -229,8 +229,14 @@ def test_unknown_model_figure_and_unbuilt_warehouse(report_warehouse, tmp_path):
         render(report_warehouse, out=tmp_path / "r", figures=["no-such-figure"])
     bare = tmp_path / "bare.duckdb"
     duckdb.connect(str(bare)).close()
-    with pytest.raises(QkwhError, match="qkwh build"):
+    with pytest.raises(QkwhError, match="not a qkwh warehouse"):  # an empty DuckDB file
         render(bare, out=tmp_path / "r2")
+    from qkwh import store
+
+    unbuilt = tmp_path / "unbuilt.duckdb"
+    store.connect(unbuilt).close()  # a new file gets the schema: catalog tables, no marts
+    with pytest.raises(QkwhError, match="qkwh build"):  # a warehouse whose marts were never built
+        render(unbuilt, out=tmp_path / "r2")
 
 
 # ------------------------------------------------------------------------------------------
@@ -653,7 +659,7 @@ def _points(spec: dict) -> dict[str, list[tuple]]:
     """model_id -> sorted (layer, q_head) of the records of a head scatter."""
     out: dict[str, list[tuple]] = {}
     for rec in _records(spec):
-        if "q_head" in rec:
+        if rec.get("q_head") is not None:  # head marks, not the fit lines drawn from the same data
             out.setdefault(rec["model_id"], []).append((rec["layer"], rec["q_head"]))
     return {m: sorted(v) for m, v in out.items()}
 
@@ -697,3 +703,14 @@ def test_specs_carry_only_the_data_columns_they_name():
     every = alt.Chart(table_of(rows)).mark_point(tooltip=True).encode(x="x:Q")
     [data] = _spec(every)["datasets"].values()
     assert data == rows
+
+
+def test_captions_cite_no_unexplained_figure_tags():
+    """Captions are for a reader with only the report: no "(qk-pca/02)"-style research tags."""
+    import re
+
+    from qkwh.reports import render as render_mod
+
+    tag = re.compile(r"(qk-(pca|rotation)|attention-plasticity)/\d|Tables? \d")
+    captions = [f.caption for f in render_mod.CATALOGUE]
+    assert captions and not [c for c in captions if tag.search(c)]
