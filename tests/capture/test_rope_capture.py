@@ -20,8 +20,8 @@ from qkwh.sniffed.metadata import read_metadata
 
 need_capture_extra()
 
-COMMON = dict(hidden_size=64, intermediate_size=64, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-              tie_word_embeddings=False, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2)
+COMMON = {"hidden_size": 64, "intermediate_size": 64, "max_position_embeddings": 256, "bos_token_id": 1, "eos_token_id": 2,
+              "tie_word_embeddings": False, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
 def _build(kind: str, folder: Path) -> Path:
