@@ -114,3 +114,47 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
         rotated = [r for r in planes if r[3] is not None]
         np.testing.assert_array_equal([r[4] for r in rotated], want)
         assert [(r[2], r[3]) for r in rotated] == [(i, i + want.size) for i in range(want.size)]
+
+
+def test_per_layer_type_frequencies_of_a_gemma3_model(docs, tmp_path):
+    """Full and sliding layers with their own rope parameters: one vector per layer type, each
+    layer stored with its own type's vector."""
+    import torch
+    import transformers as T
+
+    tokenizer, vocab = make_tokenizer()
+    torch.manual_seed(5)
+    cfg = T.Gemma3TextConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=16, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+    model = T.Gemma3ForCausalLM(cfg)
+    _randomise(model, seed=5)
+    folder = tmp_path / "tiny-gemma3"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    out, db = tmp_path / "cap", tmp_path / "wh.duckdb"
+    capture(CaptureSettings(model=str(folder), texts=(str(docs),), max_length=64, bucket_size=8, base_rate=4.0,
+                            heads=12, head_seed=0, include_sliding=True), out)
+    record = json.loads(read_metadata(out).metadata["rope_frequencies"])
+    assert record["layer_types"] == ["sliding_attention", "full_attention", "sliding_attention"]
+    buffers = {n.rsplit(".", 1)[-1]: b.double().numpy() for n, b in model.named_buffers()}
+    for kind in ("full_attention", "sliding_attention"):
+        np.testing.assert_array_equal(record["by_type"][kind]["inv_freq"], buffers[f"{kind}_inv_freq"])
+    # our own implementation from config.json agrees, type by type
+    params = RF.parameters_from_config(json.loads((folder / "config.json").read_text()))
+    for kind, p in params.items():
+        np.testing.assert_allclose(p.frequencies()[0], buffers[f"{kind}_inv_freq"], rtol=2e-6, atol=0)
+    ingest(str(out), warehouse=db, model_id="tiny-gemma3")
+    con = store.connect(db, read_only=True)
+    try:
+        rows = con.execute("SELECT layer, list(inv_freq ORDER BY plane) FROM rope_frequencies GROUP BY layer "
+                           "ORDER BY layer").fetchall()
+    finally:
+        con.close()
+    assert [r[0] for r in rows] == [0, 1, 2]
+    for layer, freqs in rows:
+        kind = record["layer_types"][layer]
+        np.testing.assert_array_equal(freqs, buffers[f"{kind}_inv_freq"])
