@@ -7,9 +7,10 @@ In this order of preference:
 2. ``config``: the model's own ``config.json``, from the local model folder the capture read
    (metadata ``model_source``) or the Hugging Face cache (no network), through
    :mod:`qkwh.analyses.rope_frequencies`;
-3. ``rope_theta``: the saver state's (or registry's) ``rope_theta`` when the rope type is
-   ``default`` (or not recorded), over ``head_dim * partial_rotary_factor`` dims (the factor when
-   the metadata records it, else 1);
+3. ``rope_theta``: the saver state's (or registry's) ``rope_theta`` with the scaling the metadata
+   records (``rope_scaling`` / ``rope_parameters``, an object or a JSON string), or alone when
+   the rope type is ``default`` (or not recorded), over ``head_dim * partial_rotary_factor`` dims
+   (the factor when the metadata records it, else 1);
 4. ``config`` downloaded from the Hub (``hf_hub_download``, cached) -- only when the dataset
    itself came from the Hub, so a local ingest never waits on the network;
 
@@ -161,6 +162,17 @@ def _download_config(repo_id: str, revision: str | None) -> Path:
         raise _Missing(f"config.json of {repo_id} could not be read from {endpoint()} ({first})") from None
 
 
+def _metadata_mapping(meta: DatasetMetadata, key: str) -> dict[str, Any] | None:
+    """A mapping recorded in the metadata, as an object or as a JSON string (None when absent)."""
+    value = meta.metadata.get(key)
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return dict(value) if isinstance(value, dict) and value else None
+
+
 def _metadata_float(meta: DatasetMetadata, key: str) -> float | None:
     try:
         value = meta.metadata.get(key)
@@ -198,6 +210,16 @@ def resolve(*, meta: DatasetMetadata, layers: Iterable[int], head_dim: int, rope
     def from_theta() -> ResolvedRope:
         if rope_theta is None:
             raise _Missing("no rope_theta in the metadata or the registry")
+        scaling = _metadata_mapping(meta, "rope_parameters") or _metadata_mapping(meta, "rope_scaling")
+        if scaling:  # the scaling recorded in the metadata, read like a config.json
+            cfg = {"head_dim": head_dim, "rope_theta": rope_theta, "rope_scaling": scaling,
+                   "max_position_embeddings": meta.get_int("max_position_embeddings")}
+            prf = _metadata_float(meta, "partial_rotary_factor")
+            if prf is not None:
+                cfg["partial_rotary_factor"] = prf
+            resolved = _from_config(cfg, "metadata rope_scaling", layers, nope, head_dim)
+            resolved.source = "rope_theta"
+            return resolved
         if rope_type not in (None, "", "default"):
             raise _Missing(f"rope_type {rope_type!r} needs its scaling parameters (factor, ...), which the "
                            "metadata does not record")

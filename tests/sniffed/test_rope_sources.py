@@ -149,3 +149,17 @@ def test_capture_record_per_layer_type_and_bad_records():
     resolved, found = resolve(meta=_meta(rope_frequencies=json.dumps(broken)), layers=[0, 1], head_dim=4,
                               rope_theta=None, rope_type=None, nope_layers=None, hf_model=None)
     assert resolved is None and "no layer_types entry for layer 1" in found[0].detail
+
+
+def test_scaling_recorded_in_the_metadata_is_used_with_rope_theta():
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+    for recorded in (scaling, json.dumps(scaling)):
+        resolved, found = resolve(meta=_meta(rope_scaling=recorded), layers=[3], head_dim=64, rope_theta=1e6,
+                                  rope_type="yarn", nope_layers=None, hf_model=None)
+        assert resolved.source == "rope_theta" and found[0].severity == "info"
+        want, scale = RF.inv_freq("yarn", 1e6, 64, scaling)
+        np.testing.assert_array_equal(resolved.by_layer[3][0], want)
+        assert resolved.by_layer[3][1] == scale > 1
+    resolved, found = resolve(meta=_meta(rope_scaling={"rope_type": "yarn", "factor": 4.0}), layers=[3], head_dim=64,
+                              rope_theta=1e6, rope_type="yarn", nope_layers=None, hf_model=None)
+    assert resolved is None and "'original_max_position_embeddings', which is missing" in found[0].detail
