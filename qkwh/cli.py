@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from qkwh.analyses import registry as analysis_registry
 from qkwh.errors import QkwhError
@@ -23,8 +27,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# markup is off: messages carry user text and install hints such as pip install 'qkwh[ray]', which
+# rich would read as tags and drop; styled prefixes go through _tagged
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False)
+
+
+def _tagged(tag: str, style: str, text: object) -> Text:
+    """``tag`` in ``style``, then ``text`` as it is (no markup)."""
+    return Text.assemble((tag, style), " ", str(text))
 
 def _print_version(value: bool) -> None:
     if value:
@@ -58,7 +69,7 @@ def _friendly(fn):
         try:
             return fn(*args, **kwargs)
         except QkwhError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(_tagged("error:", "bold red", exc), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("interrupted; nothing half-written was kept")
@@ -166,7 +177,7 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
             elif o.report is not None:
                 _print_ingest(o.report)
             else:
-                err.print(f"[red]failed[/] {o.source}: {o.error}", highlight=False, soft_wrap=True)
+                err.print(_tagged("failed", "red", f"{o.source}: {o.error}"), highlight=False, soft_wrap=True)
 
         outcomes = ingest_many(
             sources, **kwargs,
@@ -213,7 +224,7 @@ def findings(
 ) -> None:
     """Show the data-quality findings stored at ingest (warnings by default)."""
     from qkwh import store
-    from qkwh.errors import NotFoundError
+    from qkwh.errors import NotFoundError, unknown_names
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
@@ -222,7 +233,7 @@ def findings(
     finally:
         con.close()  # closed before any error: a traceback must not keep the file open
     if model_id is not None and model_id not in known:
-        raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
+        raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
     table = Table("model_id", "severity", "check", "file", "detail")
     for r in rows:
         table.add_row(*[str(v) if v is not None else "" for v in r])
@@ -255,28 +266,33 @@ def remove(
 @app.command()
 @_friendly
 def sql(
-    query: Annotated[str, typer.Argument(help="A SQL query (the warehouse is opened read-only).")],
+    query: Annotated[str, typer.Argument(help="One SQL query: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW or SUMMARIZE (the warehouse is opened read-only; nothing is written).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="table (for reading), csv or json (every row and column, for other tools).")] = "table",
     max_rows: Annotated[int, typer.Option("--max-rows", "-n", help="With --format table: rows shown (0 = all). csv and json always hold every row.")] = 40,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run a read-only SQL query against the warehouse and print the result.
+    """Run one read-only SQL query against the warehouse and print the result.
 
-    The table says how many rows and columns it leaves out and how to see them all; csv and
-    json print the whole result.
+    Exactly one query statement runs; it may read local files but never writes one (COPY,
+    EXPORT, ATTACH, INSTALL, SET and every other kind of statement are refused, exit 2; see
+    docs/guarantees.md).  The table shows floats to 6 significant digits and says how many rows
+    and columns it leaves out and how to see them all; csv and json print the whole result at
+    full precision.  A SQL error is shown whole, with DuckDB's hints (did you mean, candidate
+    bindings).
     """
     from qkwh import store
     from qkwh.errors import InputError, MissingFilesError
+    from qkwh.readonly import check_query, lock_down
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(f"--format must be table, csv or json, not {fmt!r}")
     if max_rows < 0:
         raise InputError(f"--max-rows must be 0 (all) or a positive number, not {max_rows}")
+    check_query(query)
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        lock_down(con)
         rel = con.sql(query)
-        if rel is None:
-            return
         columns = list(rel.columns)
         reader = rel.to_arrow_reader(10_000)
         if fmt == "csv":
@@ -286,15 +302,36 @@ def sql(
         else:
             _print_table(columns, reader, max_rows)
         _warn_stale(con, query=query)
-    except Exception as exc:  # duckdb errors: one line
+    except Exception as exc:  # duckdb errors
         if isinstance(exc, QkwhError):
             raise
         line = str(exc).splitlines()[0]
         if "the vectors of model" in line:  # a model's files are missing (the vectors views)
             raise MissingFilesError(line.split(": ", 1)[-1]) from None
-        raise QkwhError(line) from None
+        raise QkwhError(_sql_error_text(exc)) from None
     finally:
         con.close()
+
+
+def _sql_error_text(exc: Exception) -> str:
+    """DuckDB's whole message: its later lines hold the hints a SQL user needs ("Did you mean
+    "head_metrics"?", "Candidate bindings: ...", the LINE/caret of a syntax error).  Blank lines
+    are dropped; the caret lines keep their indentation."""
+    return "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
+
+
+def _cell(value) -> str:
+    """A value as the table format shows it: floats to 6 significant digits (csv and json keep
+    every digit), NULL for missing values, lists and structs element by element."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _batches(reader):
@@ -349,7 +386,7 @@ def _print_table(columns: list[str], reader, max_rows: int) -> None:
         col.no_wrap = True
         col.max_width = 40
     for row in rows:
-        table.add_row(*["NULL" if v is None else str(v) for v in row])
+        table.add_row(*[_cell(v) for v in row])
     out.print(table)
     cut = []
     if len(rows) < total:
@@ -371,12 +408,12 @@ def _warn_stale(con, *, query: str | None = None, models: list[str] | None = Non
         return
     message = status.staleness(con, models).message()
     if message:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(_tagged("warning:", "yellow", message), highlight=False, soft_wrap=True)
     if query is None:
         for s in status.list_sets(con, models):
             if s.is_current and s.partial:
-                err.print(f"[yellow]warning:[/] {s.model_id}: the current {s.analysis} set {s.label} covers "
-                          f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)",
+                err.print(_tagged("warning:", "yellow", f"{s.model_id}: the current {s.analysis} set {s.label} covers "
+                                  f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)"),
                           highlight=False, soft_wrap=True)
 
 
@@ -402,7 +439,7 @@ def compute(
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
     name: Annotated[Optional[str], typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
     keep_current: Annotated[bool, typer.Option("--keep-current", help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.")] = False,
-    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh[ray]'). Default: the run config's executor, else pool.")] = None,
+    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.")] = None,
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -435,9 +472,9 @@ def compute(
 
         check_name(name)
     wh = _existing_warehouse(warehouse)
-    cfg = _named_config(name, wh) if name is not None and config is None and not param else None
+    cfg, covered = _named_config(name, wh) if name is not None and config is None and not param else (None, None)
     cfg = cfg or load_run_config(config, param)
-    names = tuple(_split([analyses]) or []) if analyses is not None else None
+    names = tuple(_split([analyses]) or []) if analyses is not None else covered  # a named set: its analyses
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names, cfg)
@@ -464,7 +501,7 @@ def compute(
               f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
     if report.failures:
         for label, error in report.failures[:10]:
-            err.print(f"[red]failed[/] {label}: {error}", highlight=False)
+            err.print(_tagged("failed", "red", f"{label}: {error}"), highlight=False)
         con = store.connect(wh, read_only=True)
         try:
             missing = store.missing_vector_files(con, scope)
@@ -528,18 +565,22 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
 
 
 def _named_config(name: str, warehouse):
-    """The parameters of the set called ``name`` when the warehouse holds it, else None."""
+    """(the parameters of the set called ``name``, the analyses it covers) when the warehouse
+    holds it, else (None, None).  A set may cover only some analyses (`compute --name N -a X`):
+    computing more of it computes those."""
     from qkwh import store
-    from qkwh.runs import config_of
+    from qkwh.analyses import registry
+    from qkwh.runs import config_of, resolve
 
     wh = store.resolve_warehouse(warehouse)
     if not wh.exists():
-        return None
+        return None, None
     con = store.connect(wh, read_only=True)
     try:
         if not con.execute("SELECT 1 FROM run_config WHERE name = ?", [name]).fetchone():
-            return None
-        return config_of(con, name)
+            return None, None
+        covered = resolve(con, name)
+        return config_of(con, name), tuple(a for a in registry.names() if a in covered)
     finally:
         con.close()
 
@@ -590,7 +631,7 @@ def _runs_list(model, warehouse) -> None:
     from qkwh import store
     from qkwh.runs import list_sets
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         sets = list_sets(con, _split(model))
     finally:
@@ -616,11 +657,17 @@ def runs_use(
 ) -> None:
     """Make a set the one the marts report, for every model holding it (or --model).  Then run
     `qkwh build` to rebuild the marts from it."""
+    from qkwh import store
     from qkwh.runs import use
 
     done = use(warehouse, ref, _split(model), _split(analysis))
+    con = store.connect(warehouse, read_only=True)
+    try:
+        names = dict(con.execute("SELECT config_id, name FROM run_config WHERE name IS NOT NULL").fetchall())
+    finally:
+        con.close()
     for m, a, c in done:
-        out.print(f"{m} {a}: current set is now {c}", highlight=False)
+        out.print(f"{m} {a}: current set is now {names.get(c, c)}", highlight=False)
     out.print("run `qkwh build` to rebuild the marts from it")
 
 
@@ -639,7 +686,7 @@ def runs_drop(
     from qkwh.runs import drop, drop_plan
 
     models = _split(model)
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         counts = drop_plan(con, ref, models)
     finally:
@@ -666,25 +713,29 @@ def runs_diff(
 ) -> None:
     """Compare two sets: per analysis, the parameters and code version in which they differ."""
     from qkwh import store
-    from qkwh.runs import diff
+    from qkwh.params import RunConfig
+    from qkwh.runs import _flatten, diff
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
         rows = diff(con, ref_a, ref_b)
     finally:
         con.close()
     table = Table("analysis", "parameter", f"A = {ref_a}", f"B = {ref_b}")
     for d in rows:
-        if d.config_a is None or d.config_b is None:
-            table.add_row(d.analysis, "(no such set)" if d.config_a is None else d.config_a,
-                          d.config_a or "-", d.config_b or "-")
+        if d.config_a is None or d.config_b is None:  # an analysis only one of the sets covers
+            only = "A" if d.config_b is None else "B"
+            default = _flatten(RunConfig().analysis_params(d.analysis))
+            values = " ".join(f"{k}={v}" for k, v in d.only_params.items() if default.get(k) != v) or "defaults"
+            table.add_row(d.analysis, f"(only in {only})", values if only == "A" else "not computed",
+                          values if only == "B" else "not computed")
             continue
         if d.code_a != d.code_b:
             table.add_row(d.analysis, "code_version", str(d.code_a), str(d.code_b))
         for k, va, vb in d.params:
             table.add_row(d.analysis, k, str(va), str(vb))
         if not d.params and d.code_a == d.code_b:
-            table.add_row(d.analysis, "(same parameters)", d.config_a or "", d.config_b or "")
+            table.add_row(d.analysis, "(same parameters)", "same", "same")
     out.print(table)
 
 
@@ -699,8 +750,9 @@ def status(
     from qkwh import status as st
     from qkwh import store
 
-    con = store.connect(warehouse, read_only=True)
+    con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
+        con.execute("SET python_enable_replacements = false")  # a table name never finds a Python variable
         models, staleness = st.status(con)
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]
@@ -723,7 +775,17 @@ def status(
 # ---------------------------------------------------------------------------------------------
 
 
-@app.command()
+def _synth_help() -> str:
+    from qkwh.synth import SYNTH_KNOBS, knob_defaults
+
+    knobs = "\n".join(f"* {k} = {v:g}: {SYNTH_KNOBS[k]}" for k, v in knob_defaults().items())
+    return ("Write a synthetic sniffed dataset with planted geometry.\n\n"
+            "Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA, "
+            "uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.\n\n"
+            f"Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):\n\n{knobs}")
+
+
+@app.command(help=_synth_help())
 @_friendly
 def synth(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write (sniffer layout).")],
@@ -736,21 +798,19 @@ def synth(
     context_length: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     bucket_size: Annotated[int, typer.Option(help="Uniform bucket size in tokens.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Planted parameter, e.g. --set alpha_k=2e-3 (alpha_q, alpha_k, mu_q_a, mu_k_a, separation, noise_sd, drift_scale, ...).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).")] = None,
 ) -> None:
-    """Write a synthetic sniffed dataset with planted geometry.
-
-    Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA,
-    uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.
-    """
-    from qkwh.errors import InputError
-    from qkwh.synth import write_dataset
+    from qkwh.errors import InputError, did_you_mean
+    from qkwh.synth import SYNTH_KNOBS, write_dataset
 
     planted: dict[str, float] = {}
     for item in set_ or []:
         key, sep, value = item.partition("=")
         if not sep:
             raise InputError(f"--set {item!r}: expected key=value")
+        if key.strip() not in SYNTH_KNOBS:
+            raise InputError(f"--set: unknown knob {key.strip()!r}{did_you_mean(key.strip(), SYNTH_KNOBS)}; "
+                             f"the knobs are {', '.join(SYNTH_KNOBS)} (`qkwh synth --help`)")
         try:
             planted[key.strip()] = float(value)
         except ValueError:
@@ -853,15 +913,58 @@ def build(
 ) -> None:
     """Run `dbt build` on the warehouse (marts and all their tests).
 
-    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Reports clearly
-    when another process holds the warehouse.  Ctrl-C stops it with one line and exit code 130
-    (dbt's own messages stay in its log file).
+    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Shows progress,
+    the nodes that fail or warn, and a summary; dbt's full log is kept in the warehouse's dbt
+    folder (<warehouse name>.dbt/logs/dbt.log, path printed).  Reports clearly when another
+    process holds the warehouse.  Ctrl-C stops it with one line and exit code 130.
     """
     from qkwh.build import build as run
 
-    result = run(_existing_warehouse(warehouse), select=select,
-                 log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
-    out.print(result.summary)
+    wh = _existing_warehouse(warehouse)
+    with _dbt_progress(wh) as sink:
+        result = run(wh, select=select, log_sink=sink)
+    out.print(result.summary, highlight=False)
+    out.print(f"full log: {result.log_path / 'dbt.log'}", highlight=False)
+
+
+_DBT_NODE = re.compile(r"^\s*(\d+) of (\d+) (START|OK|PASS|ERROR|FAIL|WARN|SKIP)\b")
+
+
+@contextlib.contextmanager
+def _dbt_progress(wh: Path):
+    """A log sink for a dbt run: one line when the nodes start (how many, where the full log is),
+    a progress bar on a terminal, and the lines of nodes that fail, warn or are skipped; dbt's
+    other lines stay in its log file."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from qkwh.build import dbt_work_dir
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err, transient=True, disable=not err.is_terminal)
+    state: dict = {}
+    lock = threading.Lock()  # dbt reports from its worker threads
+
+    def sink(line: str) -> None:
+        m = _DBT_NODE.match(line)
+        if m is None:
+            return
+        with lock:
+            _on_node(line, int(m.group(2)), m.group(3))
+
+    def _on_node(line: str, total: int, what: str) -> None:
+        if "task" not in state:
+            err.print(f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
+                      highlight=False, soft_wrap=True)
+            state["task"] = progress.add_task("dbt build", total=total)
+        if what == "START":
+            return
+        progress.advance(state["task"])
+        if what in ("ERROR", "FAIL", "WARN", "SKIP"):
+            progress.console.print(line.strip(), style="red" if what in ("ERROR", "FAIL") else "yellow",
+                                   highlight=False, soft_wrap=True)
+
+    with progress:
+        yield sink
 
 
 @app.command()
@@ -988,8 +1091,9 @@ def report(
             from qkwh.build import build as run_build
 
             err.print("the marts are stale: rebuilding them first", highlight=False)
-            res = run_build(wh, log_sink=lambda line: err.print(line, style="dim", highlight=False, markup=False))
-            out.print(res.summary)
+            with _dbt_progress(wh) as sink:
+                res = run_build(wh, log_sink=sink)
+            out.print(res.summary, highlight=False)
     con = store.connect(wh, read_only=True)
     try:
         _warn_stale(con, models=_split(models))
@@ -1009,13 +1113,14 @@ def report(
 @app.command()
 @_friendly
 def demo(
-    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
+    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
 ) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 
     Ingest the sample capture (SmolLM2-135M, 12 query heads), compute its heads, build the marts
-    and draw the report, in the demo's own warehouse and report folder unless told otherwise.
+    and draw the report (./reports/demo), then print commands to go on with that work as printed
+    in the same folder.
     In a warehouse holding other models only the sample model is added or refreshed: no model is
     dropped or recomputed, and the file is never deleted.  Everything is checked before anything
     is written.
@@ -1025,7 +1130,7 @@ def demo(
     from qkwh import store
     from qkwh.build import build as run_build
     from qkwh.compute.runner import compute as run_compute
-    from qkwh.demo import SAMPLE_MODEL_ID, prepare
+    from qkwh.demo import SAMPLE_MODEL_ID, next_steps, prepare
     from qkwh.ingest import ingest as run_ingest
     from qkwh.paths import SAMPLE_DIR
     from qkwh.reports.render import render
@@ -1037,14 +1142,15 @@ def demo(
                   f"the demo adds or refreshes only {SAMPLE_MODEL_ID}", highlight=False)
     t0 = time.perf_counter()
     rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
-    out.print(f"[bold]ingest[/]  {rep.summary()}")
+    out.print(_tagged("ingest ", "bold", rep.summary()))
     crep = run_compute(wh, models=[rep.model_id])
-    out.print(f"[bold]compute[/] {crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
-              f"{crep.n_skipped} unchanged, {len(crep.failures)} failed")
+    out.print(_tagged("compute", "bold",
+                      f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
+                      f"{crep.n_skipped} unchanged, {len(crep.failures)} failed"))
     if crep.failures:
         raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
     res = run_build(wh)
-    out.print(f"[bold]build[/]   {res.summary}")
+    out.print(_tagged("build  ", "bold", res.summary))
     if plan.replaces_report:
         out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
     rr = render(wh, out=plan.report_dir, models=[rep.model_id])
@@ -1058,10 +1164,40 @@ def demo(
     for r in rows:
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
     out.print(table)
-    out.print(f"warehouse: {wh}")
-    out.print(f"query it:  duckdb -readonly {wh} \"SELECT * FROM model_summary\"")
+    out.print(f"warehouse: {wh}", highlight=False)
+    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)",
+              highlight=False)
     out.print(f"done in {time.perf_counter() - t0:.0f} s")
-    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)")
+    out.print("next, in this folder:")
+    for line in next_steps(wh):
+        out.print(f"  {line}", highlight=False, soft_wrap=True)
+
+
+def commands_markdown() -> str:
+    """The README's command table, generated from this app: one row per command (and per `runs`
+    subcommand) with the first sentence of its help.  tests/test_docs.py fails when the README's
+    copy drifts; regenerate it with
+    ``python -c "from qkwh.cli import commands_markdown; print(commands_markdown())"``."""
+    import inspect
+
+    def first_sentence(text: str | None) -> str:
+        para = " ".join(inspect.cleandoc(text or "").split("\n\n", 1)[0].split())
+        return re.split(r"(?<=[.?])\s", para, maxsplit=1)[0].rstrip(".").replace("\\[", "[").replace("|", "\\|")
+
+    rows = []
+
+    def walk(typer_app, prefix: str) -> None:
+        for c in typer_app.registered_commands:
+            name = c.name or c.callback.__name__.replace("_", "-")
+            rows.append((f"{prefix}{name}", first_sentence(c.help or c.callback.__doc__)))
+        for g in typer_app.registered_groups:
+            rows.append((f"{prefix}{g.name}", first_sentence(g.typer_instance.info.help)))
+            walk(g.typer_instance, f"{prefix}{g.name} ")
+
+    walk(app, "qkwh ")
+    lines = ["| command | what it does |", "|---|---|"]
+    lines += [f"| `{cmd}` | {text} |" for cmd, text in rows]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from qkwh import store
-from qkwh.errors import InputError, NotFoundError, QkwhError
+from qkwh.errors import InputError, NotFoundError, QkwhError, did_you_mean
 
 MARTS = ("model_comparisons", "model_metric_ci")
 
@@ -78,7 +78,8 @@ def compare(warehouse: str | os.PathLike[str] | None, model_a: str, model_b: str
         unknown = [m for m in (model_a, model_b) if m not in known]
         if unknown:
             listed = ", ".join(known) if known else "none (run `qkwh ingest`)"
-            raise NotFoundError(f"unknown model {', '.join(map(repr, unknown))}; known models: {listed}")
+            named = ", ".join(f"{u!r}{did_you_mean(u, known)}" for u in unknown)
+            raise NotFoundError(f"unknown model {named}; known models: {listed}")
         if metrics:
             available = [r[0] for r in con.execute(
                 "SELECT DISTINCT metric FROM model_comparisons ORDER BY 1").fetchall()]

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from qkwh.errors import InputError
+from qkwh.errors import InputError, did_you_mean
 from qkwh.params import RunConfig
 from qkwh.paths import RUN_CONFIG_YAML
 
@@ -63,7 +63,7 @@ def load_run_config(path: Path | None = None, params: list[str] | None = None) -
     try:
         cfg = RunConfig.from_dict(data)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{source}: {exc}") from None
+        raise InputError(f"{source}: {_with_hint(exc)}") from None
     overrides: dict[str, str] = {}
     for item in params or []:
         if "=" not in item:
@@ -73,4 +73,25 @@ def load_run_config(path: Path | None = None, params: list[str] | None = None) -
     try:
         return cfg.with_overrides(overrides) if overrides else cfg
     except ValueError as exc:
-        raise InputError(f"--param: {exc}") from None
+        raise InputError(f"--param: {_with_hint(exc)}") from None
+
+
+def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every settable key of a run config as ``-p`` spells it, e.g. ``plasticity.cov_mode``."""
+    keys: list[str] = []
+    for k, v in data.items():
+        keys += _dotted_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+    return keys
+
+
+def _with_hint(exc: Exception) -> str:
+    """The message of an unknown key or parameter, with a "did you mean" naming the closest one."""
+    import re
+
+    m = re.match(r"unknown (?:parameter|run-config key) (?:(\w+)\.)?'([^']*)'", str(exc))
+    if m is None:
+        return str(exc)
+    section, name = m.groups()
+    keys = _dotted_keys(RunConfig().to_dict())
+    sections = {k.split(".")[0] for k in keys if "." in k}
+    return f"{exc}{did_you_mean(f'{section}.{name}' if section else name, [*keys, *sorted(sections)])}"

@@ -1,6 +1,9 @@
 """``qkwh demo``: the whole pipeline on the embedded sample, leaving everything else alone.
 
-The demo has its own warehouse (``./qkwh-demo.duckdb``) and report folder (``./reports/demo``).
+The demo writes the default warehouse ``./qkwh.duckdb`` when there is none (or it holds only the
+sample), so that every command it suggests works as printed in that folder; when
+``./qkwh.duckdb`` holds other models it uses ``./qkwh-demo.duckdb`` instead (and the commands it
+prints name it).  Its report goes to ``./reports/demo``.
 Pointed at another warehouse, it adds or refreshes the sample model and nothing else: it never
 deletes the file, never drops or recomputes another model, and refuses when the warehouse holds
 a different dataset under the sample's model id.  It writes a report only into an empty folder
@@ -15,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
+
 from qkwh import store
-from qkwh.errors import InputError
-from qkwh.paths import DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
+from qkwh.errors import InputError, NotAWarehouseError, QkwhError
+from qkwh.paths import DEFAULT_WAREHOUSE, DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
 
 SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the sample folder is named after its registry model id
 REPORT_INDEX = "figures.json"  # every qkwh report folder has one
@@ -37,16 +42,67 @@ class DemoPlan:
 def prepare(warehouse: str | Path | None = None, out: str | Path | None = None) -> DemoPlan:
     """Resolve the demo's warehouse and report folder and refuse what would lose data.
 
-    Defaults are :data:`~qkwh.paths.DEMO_WAREHOUSE` and :data:`~qkwh.paths.DEMO_REPORT` in the
-    working directory; ``$QKWH_WAREHOUSE`` is deliberately not used.  Raises :class:`InputError`
+    Defaults are :func:`default_warehouse` and :data:`~qkwh.paths.DEMO_REPORT` in the working
+    directory; ``$QKWH_WAREHOUSE`` is deliberately not used.  Raises :class:`InputError`
     (exit 2) when the warehouse is some other DuckDB database, when it holds a model with the
     sample's id but other files, or when the report folder is not empty and not a qkwh report.
     """
-    wh = Path(warehouse or DEMO_WAREHOUSE).expanduser().resolve()
+    wh = Path(warehouse).expanduser().resolve() if warehouse else default_warehouse()
     report_dir = Path(out or DEMO_REPORT).expanduser().resolve()
     replaces = check_report_dir(report_dir)
     others, refreshes = _check_warehouse(wh) if wh.exists() else ((), False)
     return DemoPlan(wh, report_dir, others, refreshes, replaces)
+
+
+def default_warehouse() -> Path:
+    """./qkwh.duckdb (what every command opens by default) when it does not exist or holds no model
+    but the sample; else ./qkwh-demo.duckdb, so that the demo never adds to someone's own data."""
+    main = DEFAULT_WAREHOUSE.expanduser().resolve()
+    if not main.exists():
+        return main
+    try:
+        con = store.connect(main, read_only=True)
+    except (QkwhError, duckdb.Error):  # locked, or not a DuckDB file: leave it alone
+        return DEMO_WAREHOUSE.expanduser().resolve()
+    try:
+        tables = set(store.table_names(con))
+        models = [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()] if "models" in tables else None
+    finally:
+        con.close()
+    if not tables or (models is not None and set(models) <= {SAMPLE_MODEL_ID}):
+        return main
+    return DEMO_WAREHOUSE.expanduser().resolve()
+
+
+def next_steps(wh: Path) -> list[str]:
+    """The commands the demo suggests, written so that they work as printed in the working
+    directory: ``-w`` (and a path for ``qkwh.open``) only when ``wh`` is not what the commands
+    open by default."""
+    import os
+
+    try:
+        shown = str(wh.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        shown = str(wh)
+    default = wh == store.resolve_warehouse(None)
+    w = "" if default else f" -w {shown}"
+    where = "" if default else repr(shown)
+    envnote = [] if default or not os.environ.get("QKWH_WAREHOUSE") else \
+        [f"# (-w because $QKWH_WAREHOUSE names {os.environ['QKWH_WAREHOUSE']})"]
+    return [*envnote,
+            f"qkwh models{w}",
+            f"qkwh sql{w} \"SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary\"",
+            f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
+            f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}"]
+
+
+def _python() -> str:
+    """``python`` when that is the interpreter qkwh runs in, else its full path (pipx, say)."""
+    import shutil
+    import sys
+
+    found = shutil.which("python")
+    return "python" if found and Path(found).resolve() == Path(sys.executable).resolve() else sys.executable
 
 
 def check_report_dir(report_dir: Path) -> bool:
@@ -65,7 +121,12 @@ def check_report_dir(report_dir: Path) -> bool:
 
 
 def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
-    con = store.connect(wh, read_only=True)
+    try:
+        con = store.connect(wh, read_only=True)
+    except NotAWarehouseError as exc:  # an empty DuckDB file becomes the demo's warehouse
+        if exc.empty:
+            return (), False
+        raise
     try:
         tables = set(store.table_names(con))
         if not tables:

@@ -3,6 +3,23 @@ non-zero exit code; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the choice closest to ``name``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(dict.fromkeys(choices)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_names(kind: str, names: Iterable[str], known: Iterable[str], where: str = "") -> str:
+    """``no <kind> 'x' (did you mean 'y'?)<where> (have: a, b)`` for names not in ``known`` (each
+    known name listed once, in its order)."""
+    known = list(dict.fromkeys(known))
+    parts = [f"{n!r}{did_you_mean(n, known)}" for n in names]
+    return f"no {kind} {', '.join(parts)}{where} (have: {', '.join(known) or 'none'})"
+
 
 class QkwhError(Exception):
     """A user-facing failure with a one-line, actionable message."""
@@ -14,6 +31,24 @@ class InputError(QkwhError):
     """Bad input data: the message names the file and the problem."""
 
     exit_code = 2
+
+
+class MissingExtraError(InputError):
+    """An optional extra is not installed (exit 2, like other bad input): the message ends with the
+    command that installs it, e.g. ``pip install 'qkwh[ray]'``."""
+
+    def __init__(self, what: str, extra: str):
+        super().__init__(f"{what}: pip install 'qkwh[{extra}]'")
+        self.extra = extra
+
+
+class NotAWarehouseError(InputError):
+    """The file given as the warehouse is a DuckDB database but not a qkwh warehouse (``empty``:
+    it holds no table at all)."""
+
+    def __init__(self, message: str, *, empty: bool = False) -> None:
+        super().__init__(message)
+        self.empty = empty
 
 
 class WarehouseLockedError(QkwhError):

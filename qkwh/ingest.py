@@ -613,13 +613,13 @@ def remove(model_id: str, *, warehouse: str | Path | None = None,
     ``confirm``, when given, is called with the :class:`RemovalPlan` before anything is deleted;
     it raises to refuse, and then nothing is deleted.
     """
-    from qkwh.errors import NotFoundError
+    from qkwh.errors import NotFoundError, unknown_names
 
     con = store.connect(warehouse)
     try:
         if con.execute("SELECT 1 FROM models WHERE model_id = ?", [model_id]).fetchone() is None:
             known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-            raise NotFoundError(f"no model {model_id!r} in the warehouse (have: {', '.join(known) or 'none'})")
+            raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
         # every table with a model_id column (catalog, compute, dbt marts) except reference data:
         # the dbt seeds describe models whether or not they are ingested
         from qkwh.paths import DBT_PROJECT_DIR

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
 from qkwh import store
 from qkwh.analyses import registry
-from qkwh.errors import InputError, NotFoundError, QkwhError
+from qkwh.errors import InputError, NotFoundError, QkwhError, unknown_names
 from qkwh.params import RunConfig
 
 
@@ -54,14 +55,27 @@ def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]
 
 
+def _existing(warehouse: str | Path | None) -> Path:
+    """The warehouse file, which must exist (commands on parameter sets never create one)."""
+    wh = store.resolve_warehouse(warehouse)
+    if not wh.is_file():
+        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
+                            "(or set $QKWH_WAREHOUSE)")
+    return wh
+
+
 def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
     """analysis -> config_id of the set ``ref`` (a name, a config_id or a unique prefix of one).
+
+    Resolution order: a name; then an exact config_id; then a unique config_id prefix of at
+    least 4 characters.  Names never look like config_ids (:func:`check_name`); a hex-looking
+    name an older qkwh accepted is tried last, so ``ref`` hex digits always mean a config_id.
 
     Raises :class:`NotFoundError` naming the known sets when nothing matches, and
     :class:`InputError` when a prefix is ambiguous.
     """
     named = con.execute("SELECT analysis, config_id FROM run_config WHERE name = ?", [ref]).fetchall()
-    if named:
+    if named and not looks_like_config_id(ref):
         return dict(named)
     exact = con.execute("SELECT analysis, config_id FROM run_config WHERE config_id = ?", [ref]).fetchall()
     if exact:
@@ -73,9 +87,10 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
             return dict(hits)
         if len(hits) > 1:
             raise InputError(f"parameter set {ref!r} is ambiguous: {', '.join(sorted(c for _, c in hits))}")
-    known = con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()
-    raise NotFoundError(f"no parameter set {ref!r} (have: {', '.join(k for (k,) in known) or 'none'}; "
-                        "see `qkwh runs`)")
+    if named:  # a hex-looking name given before such names were refused, and no config_id matches
+        return dict(named)
+    known = [k for (k,) in con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()]
+    raise NotFoundError(unknown_names("parameter set", [ref], known) + "; see `qkwh runs`")
 
 
 def config_of(con: duckdb.DuckDBPyConnection, ref: str) -> RunConfig:
@@ -102,9 +117,10 @@ def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
     (or only ``models``), for its analyses (or only ``analyses``).  Run `qkwh build` afterwards.
 
     Returns the (model_id, analysis, config_id) made current.  A model asked for that holds no
-    row of the set raises :class:`NotFoundError`; nothing is changed then.
+    row of the set raises :class:`NotFoundError`; nothing is changed then (and a missing
+    warehouse file is not created).
     """
-    con = store.connect(warehouse)
+    con = store.connect(_existing(warehouse))
     try:
         ids = resolve(con, ref)
         if analyses:
@@ -154,7 +170,7 @@ def drop(warehouse: str | Path | None, ref: str, models: list[str] | None = None
     The set's run_config rows go too once no model holds rows of it.  Refuses (see
     :func:`drop_plan`) a set that is current anywhere in scope.  Returns rows deleted per table.
     """
-    con = store.connect(warehouse)
+    con = store.connect(_existing(warehouse))
     try:
         counts = drop_plan(con, ref, models)
         ids = resolve(con, ref)
@@ -191,6 +207,8 @@ class SetDiff:
     params: list[tuple[str, object, object]]  # (parameter, value in A, value in B) that differ
     code_a: str | None
     code_b: str | None
+    # an analysis only one set covers: that set's parameters of the analysis (name -> value)
+    only_params: dict[str, object] = field(default_factory=dict)
 
 
 def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff]:
@@ -205,19 +223,28 @@ def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff
         pa_ = _flatten(info[ca][1]) if ca else {}
         pb_ = _flatten(info[cb][1]) if cb else {}
         changed = [(k, pa_.get(k), pb_.get(k)) for k in sorted(set(pa_) | set(pb_)) if pa_.get(k) != pb_.get(k)]
-        out.append(SetDiff(analysis, ca, cb, changed, info[ca][0] if ca else None, info[cb][0] if cb else None))
+        only = {} if ca and cb else {k: v for k, v in sorted((pa_ or pb_).items()) if k.startswith(f"{analysis}.")}
+        out.append(SetDiff(analysis, ca, cb, changed, info[ca][0] if ca else None, info[cb][0] if cb else None,
+                           only))
     return out
 
 
-def check_name(name: str) -> str:
-    """A set name is an identifier: letters, digits, '.', '_', '-' (at most 64 characters)."""
-    import re
+def looks_like_config_id(ref: str) -> bool:
+    """Whether ``ref`` could be a config_id or a prefix :func:`resolve` accepts (4 or more hex
+    digits)."""
+    return re.fullmatch(r"[0-9a-fA-F]{4,}", ref or "") is not None
 
+
+def check_name(name: str) -> str:
+    """A set name is an identifier: letters, digits, '.', '_', '-' (at most 64 characters), and
+    never something that reads as a config_id or a prefix of one (4 or more hex digits, e.g.
+    ``d717`` or ``2024``), so a name can never hide a config_id."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name or ""):
         raise InputError(f"parameter-set name {name!r}: use letters, digits, '.', '_' and '-' "
                          "(starting with a letter or digit, at most 64 characters)")
-    if re.fullmatch(r"[0-9a-f]{16}", name):
-        raise InputError(f"parameter-set name {name!r} looks like a config_id; choose another")
+    if looks_like_config_id(name):
+        raise InputError(f"parameter-set name {name!r} reads as a config_id prefix (only hex digits): "
+                         "choose a name with another letter, e.g. 'run-" + name + "'")
     return name
 
 

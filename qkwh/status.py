@@ -1,10 +1,16 @@
 """What the warehouse holds, per model: ingested, computed (per parameter set), built.
 
-The marts are a snapshot: ``qkwh build`` records in ``mart_builds``, for each model, a hash of
-what it read (the model's catalog row and the per-head results of its current parameter sets,
-``qkwh/sql/mart_inputs.sql``).  :func:`stale_models` compares it with today's: a model computed,
-re-ingested, relabelled, switched to another set (``qkwh runs use``) or removed since the last
-full build has stale marts.  ``qkwh report`` and ``qkwh sql`` (on marts) warn about them.
+The marts are a snapshot, judged by what each table holds, never by timestamps.  ``qkwh build``
+records the build it runs in ``mart_builds``: for each model, a hash of what the marts read (the
+model's catalog row, with its source fingerprint, and the config_id, head count and last write of
+each current parameter set; ``qkwh/sql/mart_inputs.sql``).  Every table dbt writes records, in the
+transaction that writes it, the build it came from (``mart_relations``; the dbt project's
+``macros/mart_provenance.sql``).  :func:`staleness` compares the build of every table with the
+warehouse today: a table whose build read another state for a model (computed, re-ingested,
+relabelled, switched to another set with ``qkwh runs use``, removed), or that no build recorded
+(an interrupted or failed build, a dbt run outside qkwh, an older qkwh), makes the marts stale,
+even when the state today is the one the last full build read.  ``qkwh status``, ``qkwh report``
+and ``qkwh sql`` (on marts) use this one judgement.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 
 import duckdb
@@ -26,15 +33,17 @@ from qkwh.runs import ParamSet, list_sets
 class Staleness:
     """Models whose marts do not match the warehouse, and when the marts were last built."""
 
-    built_at: dt.datetime | None  # last full `qkwh build` (None: never, or by an older qkwh)
-    changed: tuple[str, ...] = ()  # computed, re-ingested or switched set since the build
-    not_built: tuple[str, ...] = ()  # ingested after the build
-    removed: tuple[str, ...] = ()  # in the marts but no longer in the warehouse
+    built_at: dt.datetime | None  # latest `qkwh build` a table still comes from (None: none)
+    changed: tuple[str, ...] = ()  # computed, re-ingested or switched set since a table was built
+    not_built: tuple[str, ...] = ()  # ingested after a table was built
+    removed: tuple[str, ...] = ()  # in a table's build but no longer in the warehouse
     has_marts: bool = False
+    unknown: tuple[str, ...] = ()  # tables no finished `qkwh build` recorded (interrupted, outside qkwh)
 
     @property
     def stale(self) -> bool:
-        return bool(self.changed or self.not_built or self.removed) or (self.has_marts and self.built_at is None)
+        return bool(self.changed or self.not_built or self.removed or self.unknown) or (
+            self.has_marts and self.built_at is None)
 
     def message(self) -> str:
         """One line for a warning (empty when the marts are up to date)."""
@@ -50,6 +59,10 @@ class Staleness:
             parts.append(f"not in them: {', '.join(self.not_built)}")
         if self.removed:
             parts.append(f"still holding removed {', '.join(self.removed)}")
+        if self.unknown:
+            shown = ", ".join(self.unknown[:3]) + (f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else "")
+            parts.append(f"{len(self.unknown)} table(s) not written by a finished `qkwh build` ({shown}: an "
+                         "interrupted or failed build, or dbt run outside qkwh)")
         detail = "; ".join(parts) or "no build recorded"
         return f"the marts are stale ({when}; {detail}): run `qkwh build`"
 
@@ -58,45 +71,107 @@ def _has_marts(con: duckdb.DuckDBPyConnection) -> bool:
     return "model_summary" in store.table_names(con)
 
 
-def staleness(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -> Staleness:
-    """Compare what the marts were built from with the warehouse today (``models``: only these)."""
-    now = {m: s for m, s, _, _ in con.execute(store.load_sql("mart_inputs")).fetchall()}
+def project_tables() -> set[str]:
+    """The tables the dbt project writes (models of its table folders; staging models are views)."""
+    models = DBT_PROJECT_DIR / "models"
+    return {p.stem for folder in ("intermediate", "uncertainty", "marts")
+            for p in (models / folder).glob("*") if p.suffix in (".sql", ".py")}
+
+
+def _builds(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, set], dict[str, tuple]]:
+    """(table -> build ids recorded for it, build id -> (built_at, inputs or None))."""
     try:
-        last = con.execute("SELECT built_at, inputs_json FROM mart_builds ORDER BY built_at DESC LIMIT 1").fetchone()
-    except duckdb.CatalogException:  # a warehouse no qkwh with mart_builds has written to
-        last = None
-    built = {m: (s, last[0]) for m, s in json.loads(last[1]).items()} if last else {}
+        rels = con.execute("SELECT relation, build_id FROM mart_relations").fetchall()
+        # a build still marked running is one a kill interrupted (dbt holds the file while it
+        # runs): the tables it wrote hold what it read
+        rows = con.execute("SELECT build_id, built_at, inputs_json FROM mart_builds "
+                           "WHERE build_id IS NOT NULL").fetchall()
+    except duckdb.Error:  # a warehouse no qkwh with mart_relations has written to
+        return {}, {}
+    recorded: dict[str, set] = {}
+    for rel, bid in rels:
+        recorded.setdefault(rel, set()).add(bid)
+    return recorded, {bid: (at, json.loads(inputs)) for bid, at, inputs in rows}
+
+
+def staleness(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -> Staleness:
+    """Compare what each table dbt wrote was built from with the warehouse today (``models``:
+    only these models)."""
+    now = input_states(con)
     if models:
         now = {m: s for m, s in now.items() if m in models}
-        built = {m: v for m, v in built.items() if m in models}
-    built_at = max((t for _, t in built.values()), default=None)
     has_marts = _has_marts(con)
-    if not has_marts and not built:
-        return Staleness(None, not_built=tuple(sorted(now)), has_marts=False)
+    tables = snapshot_relations(con) & project_tables()
+    if not tables:
+        return Staleness(None, not_built=tuple(sorted(now)), has_marts=has_marts)
+    recorded, builds = _builds(con)
+    unknown, used = [], set()
+    for table in sorted(tables):
+        ids = recorded.get(table, set())
+        bid = next(iter(ids)) if len(ids) == 1 else None
+        if bid is None or bid not in builds or builds[bid][1] is None:
+            unknown.append(table)
+        else:
+            used.add(bid)
+    changed, not_built, removed = set(), set(), set()
+    for bid in used:
+        built = builds[bid][1]
+        if models:
+            built = {m: s for m, s in built.items() if m in models}
+        changed |= {m for m in now if m in built and built[m] != now[m]}
+        not_built |= {m for m in now if m not in built}
+        removed |= {m for m in built if m not in now}
     return Staleness(
-        built_at,
-        changed=tuple(sorted(m for m in now if m in built and built[m][0] != now[m])),
-        not_built=tuple(sorted(m for m in now if m not in built)) if built else (),
-        removed=tuple(sorted(m for m in built if m not in now)),
+        max((builds[b][0] for b in used), default=None),
+        changed=tuple(sorted(changed)),
+        not_built=tuple(sorted(not_built)),
+        removed=tuple(sorted(removed)),
         has_marts=has_marts,
+        unknown=tuple(unknown),
     )
 
 
-def record_build(con: duckdb.DuckDBPyConnection, started_at: dt.datetime, states: dict[str, str]) -> None:
-    """Replace mart_builds with the inputs the build read (``states``, taken before it ran)."""
+_PRUNE = ("DELETE FROM mart_builds WHERE NOT running AND (build_id IS NULL OR build_id NOT IN "
+          "(SELECT build_id FROM mart_relations WHERE build_id IS NOT NULL))")
+
+
+def start_build(con: duckdb.DuckDBPyConnection) -> str:
+    """Record a build about to run: what the marts will read, marked running (the tables dbt
+    writes record its id).  Builds an interrupted qkwh left running are closed first, and builds
+    no table comes from any more are forgotten.  Returns the build id."""
+    build_id = uuid.uuid4().hex
+    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    states = input_states(con)
     with store.transaction(con):
-        con.execute("DELETE FROM mart_builds")
-        con.execute("INSERT INTO mart_builds VALUES (?, ?)", [started_at, json.dumps(states, sort_keys=True)])
+        con.execute("UPDATE mart_builds SET running = false WHERE running")
+        con.execute(_PRUNE)
+        con.execute("INSERT INTO mart_builds (build_id, built_at, inputs_json, running) VALUES (?, ?, ?, true)",
+                    [build_id, started, json.dumps(states, sort_keys=True)])
+    return build_id
+
+
+def finish_build(con: duckdb.DuckDBPyConnection, build_id: str) -> None:
+    """Close a build (whatever its outcome).  When the warehouse no longer holds the state the
+    build recorded at its start (another process wrote before dbt took the file), its tables
+    may hold either state: the build's inputs become unknown, so its tables count as stale."""
+    states = input_states(con)
+    with store.transaction(con):
+        row = con.execute("SELECT inputs_json FROM mart_builds WHERE build_id = ?", [build_id]).fetchone()
+        if row and json.loads(row[0]) != states:
+            con.execute("UPDATE mart_builds SET inputs_json = 'null' WHERE build_id = ?", [build_id])
+        con.execute("UPDATE mart_builds SET running = false WHERE build_id = ?", [build_id])
+        con.execute(_PRUNE)
 
 
 def input_states(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """model_id -> hash of what the marts read for it today (``qkwh/sql/mart_inputs.sql``)."""
     return {m: s for m, s, _, _ in con.execute(store.load_sql("mart_inputs")).fetchall()}
 
 
 # -- which relations are dbt-built snapshots (the marts and intermediate tables) -------------------
 
 
-_BOOKKEEPING = {"run_config", "current_config", "mart_builds", "vectors"}
+_BOOKKEEPING = {"run_config", "current_config", "mart_builds", "mart_relations", "vectors"}
 
 
 def snapshot_relations(con: duckdb.DuckDBPyConnection) -> set[str]:
@@ -135,8 +210,8 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
             built = "stale"
         elif m in st.not_built or not st.has_marts:
             built = "not built"
-        elif st.built_at is None:
-            built = "unknown age"
+        elif st.unknown or st.built_at is None:
+            built = "stale"
         else:
             built = "up to date"
         out.append(ModelStatus(m, n_files, n_heads, n_analysable, ingested_at,

@@ -19,7 +19,7 @@ import duckdb
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Table
 from qkwh.columns import as_arrow
-from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
+from qkwh.errors import NotAWarehouseError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
 
 log = logging.getLogger("qkwh.store")
@@ -61,7 +61,8 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     :class:`WarehouseLockedError` is raised with one line.  A writable open applies the schema
     and migrates tables created with older keys (:func:`migrate`) unless ``schema`` is False.
     Every open but ``schema=False`` also brings the ``vectors`` views up to date with the files
-    (:func:`refresh_vectors_view`).
+    (:func:`refresh_vectors_view`), after refusing a DuckDB file that is not a qkwh warehouse
+    (:class:`~qkwh.errors.NotAWarehouseError`) before anything is written to it.
     """
     wh = resolve_warehouse(path)
     if read_only and not wh.exists():
@@ -80,6 +81,12 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
                 raise error from None
             time.sleep(pause)
             pause = min(pause * 1.5, 0.25)
+    if schema:
+        try:
+            _check_is_warehouse(con, wh, read_only=read_only)
+        except BaseException:
+            con.close()
+            raise
     if not read_only and schema:
         try:
             con.execute(SCHEMA_SQL.read_text())
@@ -92,6 +99,24 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     if schema:  # schema=False: the compute writer's per-batch open, which never reads vectors
         refresh_vectors_view(con, read_only=read_only)
     return con
+
+
+#: tables every qkwh warehouse has (a DuckDB file without them is someone else's database)
+WAREHOUSE_MARKERS = ("models", "files", "heads")
+
+
+def _check_is_warehouse(con: duckdb.DuckDBPyConnection, wh: Path, *, read_only: bool) -> None:
+    """Refuse a DuckDB file that is not a qkwh warehouse before anything is written to it: one
+    with tables but not qkwh's catalog, or (read-only) an empty one.  An empty file opened for
+    writing becomes a warehouse."""
+    names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
+                                       "WHERE table_catalog = current_database()").fetchall()}
+    if set(WAREHOUSE_MARKERS) <= names or (not names and not read_only):
+        return
+    what = "an empty DuckDB database" if not names else "a DuckDB database without qkwh's tables (models, files, heads)"
+    raise NotAWarehouseError(f"{wh} is not a qkwh warehouse: it is {what}; nothing was written. Pass the "
+                             "warehouse with --warehouse (or $QKWH_WAREHOUSE), or `qkwh ingest SOURCE` into a new "
+                             "file", empty=not names)
 
 
 # ---------------------------------------------------------------------------------------------

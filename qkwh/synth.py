@@ -360,6 +360,37 @@ def _jitter(rng: np.random.Generator, value: float, rel: float) -> float:
     return float(value * (1.0 + rel * rng.standard_normal())) if rel > 0 else float(value)
 
 
+#: The numeric knobs of the planted geometry that ``qkwh synth --set NAME=VALUE`` sets, with what
+#: each plants; their defaults are :func:`make_head`'s (and :func:`write_dataset`'s for the last
+#: two).  ``qkwh synth --help`` and docs/synth.md are generated from this table.
+SYNTH_KNOBS: dict[str, str] = {
+    "alpha_q": "drift slope of the queries along the planted axis a (vector units per token)",
+    "alpha_k": "drift slope of the keys along a (vector units per token)",
+    "drift_scale": "multiplies both drift slopes (the strength of the positional signal)",
+    "mu_q_a": "class mean of the queries along a (mean of a·q)",
+    "mu_k_a": "class mean of the keys along a (mean of a·k)",
+    "separation": "distance between the query and key means along the planted axis b",
+    "mu_b": "centre of the query and key means along b (they sit at mu_b ± separation/2)",
+    "rope_phase_sd": "per-row phase jitter of the RoPE-like rotation planes (radians)",
+    "noise_sd": "s.d. of the isotropic Gaussian content noise (vector units)",
+    "param_jitter": "relative s.d. of a per-head multiplicative jitter of the slopes, means and separation",
+    "layer_drift_decay": "drift_scale of layer l is multiplied by exp(-layer_drift_decay · l / layers)",
+}
+
+
+def knob_defaults() -> dict[str, float]:
+    """``knob -> default`` of every :data:`SYNTH_KNOBS` entry, read from the generator's signatures."""
+    defaults = {**(write_dataset.__kwdefaults__ or {}), **(make_head.__kwdefaults__ or {})}
+    return {name: defaults[name] for name in SYNTH_KNOBS}
+
+
+def knobs_markdown() -> str:
+    """The knob table of docs/synth.md (generated; tests/test_synth_knobs.py checks the page)."""
+    lines = ["| knob | default | what it plants |", "|---|---|---|"]
+    lines += [f"| `{k}` | `{v:g}` | {SYNTH_KNOBS[k]} |" for k, v in knob_defaults().items()]
+    return "\n".join(lines) + "\n"
+
+
 def write_dataset(
     root: Path | str,
     *,

@@ -88,3 +88,22 @@ def test_package_sources_cite_no_foreign_notes():
     hits = [f"{p.relative_to(REPO)}:{i}" for p in files
             for i, line in enumerate(p.read_text().splitlines(), 1) if FOREIGN_IN_CODE.search(line)]
     assert hits == []
+
+
+def test_readme_command_table_is_generated_from_the_cli():
+    from qkwh.cli import commands_markdown
+
+    assert commands_markdown() in (REPO / "README.md").read_text(), (
+        "README's command table drifted from the CLI: paste the output of "
+        "python -c 'from qkwh.cli import commands_markdown; print(commands_markdown())'")
+
+
+def test_readme_leads_and_the_rest_is_in_docs():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    headings = HEADING.findall(re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+    for section in ("Install", "The demo", "First queries", "The pipeline", "CLI", "Exit codes"):
+        assert section in headings
+    for page in ("capture", "ingest", "compute", "scaling-out", "querying", "reports"):
+        assert f"(docs/{page}.md" in text and (REPO / "docs" / f"{page}.md").is_file()
+    assert "(bench/README.md)" in text

@@ -146,13 +146,22 @@ CREATE TABLE IF NOT EXISTS current_config (
     PRIMARY KEY (model_id, analysis)
 );
 
--- Written by `qkwh build` after a successful full build (one row: the last build): for each model
--- in the marts, a hash of what they read (its catalog and the per-head results of its current
--- parameter sets).  A model whose hash differs today, or that is missing here, has stale marts
--- (`qkwh status`, `qkwh report`, `qkwh sql` say so).
+-- What each table dbt writes (marts, int_* and uncertainty tables) holds.  `qkwh build` records
+-- the build it is about to run (mart_builds: for each model, a hash of what the marts read, i.e.
+-- its catalog row and the per-head results of its current parameter sets), and the dbt project
+-- records, for each table it writes, in the transaction that writes it, the build it came from
+-- (mart_relations; dbt_project/macros/mart_provenance.sql).  A table whose build read another
+-- state than today's, or that no finished write recorded (an interrupted build, a dbt run outside
+-- qkwh), is stale (`qkwh status`, `qkwh report`, `qkwh sql` say so).
 CREATE TABLE IF NOT EXISTS mart_builds (
     built_at      TIMESTAMP NOT NULL,
     inputs_json   VARCHAR NOT NULL               -- {model_id: hash of qkwh/sql/mart_inputs.sql} at build time
+);
+ALTER TABLE mart_builds ADD COLUMN IF NOT EXISTS build_id VARCHAR;       -- NULL: recorded by an older qkwh
+ALTER TABLE mart_builds ADD COLUMN IF NOT EXISTS running BOOLEAN DEFAULT false;  -- the build dbt is running now
+CREATE TABLE IF NOT EXISTS mart_relations (
+    relation      VARCHAR NOT NULL,              -- a table dbt wrote
+    build_id      VARCHAR                        -- the mart_builds row it was written in (NULL: not by `qkwh build`)
 );
 
 ------------------------------------------------------------------------------------------------

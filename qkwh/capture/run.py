@@ -28,7 +28,7 @@ from qkwh.capture.card import render_card
 from qkwh.capture.model import DTYPES, resolve
 from qkwh.capture.sampling import HeadSelection, SamplerSpec, keep_mask, select_heads, stored_example_id
 from qkwh.capture.sources import HUB_PREFIX, TextSource, open_source
-from qkwh.errors import InputError, QkwhError
+from qkwh.errors import InputError, MissingExtraError
 from qkwh.sniffed.writer import atomic_write_bytes, write_saver_state
 
 SETTINGS_FILE = "_capture_settings.json"
@@ -218,8 +218,8 @@ def _require_extra() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        raise QkwhError(f"qkwh capture needs the optional extra ({exc.name} is not installed): "
-                        "pip install 'qkwh[capture]'") from None
+        raise MissingExtraError(f"qkwh capture needs the optional extra ({exc.name} is not installed)",
+                                "capture") from None
 
 
 def _versions() -> str:

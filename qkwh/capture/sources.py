@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from qkwh.capture.sampling import normalize_example_id
-from qkwh.errors import InputError
+from qkwh.errors import InputError, MissingExtraError
 
 HUB_PREFIX = "hf://datasets/"
 TEXT_SUFFIXES = (".txt", ".md", ".text", ".rst")
@@ -189,8 +189,7 @@ def _hub_source(spec: str, *, split: str, text_column: str, id_column: str | Non
     try:
         import datasets
     except ImportError:
-        raise InputError(f"{spec}: reading a Hub dataset needs the datasets library "
-                         "(pip install 'qkwh[capture]')") from None
+        raise MissingExtraError(f"{spec}: reading a Hub dataset needs the datasets library", "capture") from None
     try:
         ds = datasets.load_dataset(name, subset, split=split, revision=revision or None)
     except Exception as exc:  # network, cache and schema errors all end here

@@ -99,9 +99,9 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            from qkwh.errors import QkwhError
+            from qkwh.errors import MissingExtraError
 
-            raise QkwhError("the Ray executor needs Ray: pip install 'qkwh[ray]'") from None
+            raise MissingExtraError("the Ray executor needs Ray", "ray") from None
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:

@@ -25,7 +25,7 @@ from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
 from qkwh.compute.writer import BatchWriter, record_configs
-from qkwh.errors import InputError, NotFoundError, QkwhError, WarehouseLockedError
+from qkwh.errors import InputError, NotFoundError, WarehouseLockedError, did_you_mean, unknown_names
 from qkwh.params import RunConfig
 
 
@@ -51,8 +51,7 @@ def load_units(con, models: list[str] | None) -> list[HeadUnit]:
         known = {r[0] for r in con.execute("SELECT model_id FROM models").fetchall()}
         missing = [m for m in models if m not in known]
         if missing:
-            raise NotFoundError(f"no model {', '.join(map(repr, missing))} in the warehouse "
-                                f"(have: {', '.join(sorted(known)) or 'none'})")
+            raise NotFoundError(unknown_names("model", missing, sorted(known), " in the warehouse"))
     rows = con.execute(store.load_sql("compute_heads"), [models or None]).fetchall()
     return [HeadUnit(*r) for r in rows]
 
@@ -98,6 +97,21 @@ def compute_lock(warehouse: str | Path | None) -> Iterator[None]:
         fh.close()
 
 
+def _make_named_set_current(con, config_ids: dict[str, str], models: list[str] | None) -> None:
+    """A named compute makes its set current for the models in scope that already hold rows of
+    it, even when every head is skipped as unchanged (heads written later do the same as they
+    are written)."""
+    import datetime as dt
+
+    rows = con.execute("SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
+                       "WHERE list_contains($1, config_id) AND ($2 IS NULL OR list_contains($2, model_id))",
+                       [list(config_ids.values()), models or None]).fetchall()
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    hits = [[m, a, c, now] for m, a, c in rows if config_ids.get(a) == c]
+    if hits:
+        con.executemany(store.load_sql("set_current_config"), hits)
+
+
 def compute(
     warehouse: str | Path | None = None,
     *,
@@ -125,6 +139,10 @@ def compute(
     this one).  Batches hold up to ``batch_heads`` heads and are written at least every
     ``batch_seconds`` while results arrive.
     """
+    if name is not None:
+        from qkwh.runs import check_name
+
+        check_name(name)
     config = (config or RunConfig()).resolved()
     try:
         config.validate()
@@ -134,7 +152,8 @@ def compute(
     analyses = known if analyses is None else tuple(analyses)
     bad = [a for a in analyses if a not in known]
     if bad or not analyses:
-        raise QkwhError(f"unknown analysis {', '.join(bad) or '(none)'}; choose from {', '.join(known)}")
+        raise InputError(f"unknown analysis {', '.join(f'{b!r}{did_you_mean(b, known)}' for b in bad) or '(none)'}; "
+                         f"choose from {', '.join(known)}")
     wh = store.resolve_warehouse(warehouse)
     if not wh.exists():
         raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
@@ -152,6 +171,8 @@ def compute(
                                    code_version=code_version(), name=name)
             with store.transaction(con):
                 record_configs(con, config, config_ids, code_versions, name)
+                if name is not None and make_current:
+                    _make_named_set_current(con, config_ids, models)
         finally:
             con.close()  # readers get in while the workers compute
         if on_start:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from qkwh.errors import InputError
+from qkwh.errors import InputError, NotFoundError
 
 CONFIG_RE = re.compile(r"^l(\d{2})h(\d{2})([qk])$")
 DATA_FILE = "data.parquet"
@@ -44,12 +44,12 @@ class Layout:
 def scan(root: Path) -> Layout:
     """List the config folders of a sniffed dataset.
 
-    Raises :class:`InputError` if ``root`` is missing, not a folder, or holds no
-    ``l??h??[qk]/data.parquet``.
+    Raises :class:`NotFoundError` if ``root`` is missing, :class:`InputError` if it is not a
+    folder or holds no ``l??h??[qk]/data.parquet``.
     """
     root = Path(root)
     if not root.exists():
-        raise InputError(f"{root}: no such folder")
+        raise NotFoundError(f"{root}: no such folder")
     if not root.is_dir():
         raise InputError(f"{root}: not a folder (expected a sniffed dataset folder)")
     folders = ((e.name, (e / DATA_FILE).resolve() if (e / DATA_FILE).is_file() else None)

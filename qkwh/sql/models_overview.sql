@@ -2,6 +2,7 @@
 -- registered analysis covers in its current parameter set, from qkwh/sql/models_computed.sql)
 -- are inserted before `warnings` by qkwh.status.models_overview.
 SELECT m.model_id,
+       m.label,
        m.family,
        m.source_kind AS source,
        m.n_files AS files,

@@ -131,7 +131,7 @@ def test_findings_of_an_unknown_model_is_not_found(computed):
     db, _ = computed
     r = cli("findings", "synth-x", "-w", str(db))
     assert r.exit_code == 4
-    assert f"no model 'synth-x' in the warehouse (have: {MODEL})" in r.stderr
+    assert f"no model 'synth-x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})" in r.stderr
     ok("findings", MODEL, "-w", str(db))
 
 

@@ -5,6 +5,9 @@ exactly as they were; it refuses (exit 2, nothing written) what it would otherwi
 from __future__ import annotations
 
 import math
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import duckdb
@@ -13,7 +16,7 @@ from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.cli import app
-from qkwh.demo import SAMPLE_MODEL_ID, prepare
+from qkwh.demo import SAMPLE_MODEL_ID, next_steps, prepare
 from tests.conftest import snapshot
 
 runner = CliRunner()
@@ -166,13 +169,51 @@ def test_demo_refuses_a_foreign_duckdb_file(tmp_path: Path):
     assert snapshot(db) == before
 
 
-def test_demo_defaults_to_its_own_files_in_the_working_directory(tmp_path: Path, monkeypatch):
+def test_demo_defaults_to_the_default_warehouse_in_the_working_directory(tmp_path: Path, monkeypatch,
+                                                                        research_warehouse: Path):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("QKWH_WAREHOUSE", str(tmp_path / "research.duckdb"))
+    monkeypatch.setenv("QKWH_WAREHOUSE", str(research_warehouse))
     plan = prepare()
-    assert plan.warehouse == tmp_path / "qkwh-demo.duckdb"  # $QKWH_WAREHOUSE is not the demo's
+    assert plan.warehouse == tmp_path / "qkwh.duckdb"  # $QKWH_WAREHOUSE is not the demo's
     assert plan.report_dir == tmp_path / "reports" / "demo"
     assert (plan.other_models, plan.refreshes_sample, plan.replaces_report) == ((), False, False)
-    assert store.resolve_warehouse() == tmp_path / "research.duckdb"
+    # the commands it suggests then name its warehouse (every command would open $QKWH_WAREHOUSE)
+    assert next_steps(plan.warehouse)[1] == "qkwh models -w qkwh.duckdb"
     monkeypatch.delenv("QKWH_WAREHOUSE")
     assert store.resolve_warehouse() == tmp_path / "qkwh.duckdb"
+    assert next_steps(plan.warehouse)[0] == "qkwh models"
+    # ./qkwh.duckdb holding someone's models: the demo keeps to ./qkwh-demo.duckdb, and says so
+    shutil.copy(research_warehouse, tmp_path / "qkwh.duckdb")
+    plan = prepare()
+    assert plan.warehouse == tmp_path / "qkwh-demo.duckdb"
+    assert next_steps(plan.warehouse)[0] == "qkwh models -w qkwh-demo.duckdb"
+
+
+def _run_as_printed(line: str, cwd: Path) -> None:
+    """Run one suggested command line as a shell would (`&&` chains), qkwh through the CLI app."""
+    for part in line.split(" && "):
+        argv = shlex.split(part)
+        if argv[0] == "qkwh":
+            r = cli(*argv[1:])
+            assert r.exit_code == 0, (part, r.output + r.stderr)
+        else:
+            r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, (part, r.stdout + r.stderr)
+            assert SAMPLE_MODEL_ID in r.stdout
+
+
+@pytest.mark.slow
+def test_after_the_demo_its_suggestions_work_as_printed_in_that_folder(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("QKWH_WAREHOUSE", raising=False)
+    r = cli("demo")
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "duckdb -readonly" not in r.output  # no duckdb command is installed with qkwh
+    lines = r.output.split("next, in this folder:\n", 1)[1].splitlines()
+    steps = [ln.strip() for ln in lines if ln.startswith("  ")]
+    assert steps[0] == "qkwh models" and any("qkwh.open()" in s for s in steps)
+    assert "qkwh compute -p plasticity.empirical=true && qkwh build && qkwh report" in steps
+    for line in steps:
+        _run_as_printed(line, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
+    assert (tmp_path / "reports" / "latest" / "index.html").is_file()

@@ -1,8 +1,9 @@
 """Every exit code of the README's table, produced through the CLI.
 
 0 ok · 1 failure (analysis errors included) · 2 bad input or usage · 3 warehouse locked by
-another process · 4 not found · 130 interrupted (Ctrl-C).  The table is read from README.md, so
-a code documented there without a test here (or the reverse) fails.
+another process · 4 not found · 130 interrupted (Ctrl-C).  The table is read from README.md and
+walked: each situation it lists is produced here and must exit with its code, so a situation
+documented there without a producer here (or the reverse) fails.
 """
 
 from __future__ import annotations
@@ -44,45 +45,112 @@ def warehouse(tmp_path_factory) -> tuple[Path, Path]:
     return db, data
 
 
-def test_the_readme_table_lists_exactly_the_tested_codes():
+def _readme_table() -> list[tuple[int, str]]:
+    """(code, situation) for every situation listed in the README's exit-code table (third column,
+    separated by semicolons)."""
     text = (REPO / "README.md").read_text()
-    section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
-    codes = {int(m) for m in re.findall(r"^\| `?(\d+)`? \|", section, re.M)}
-    assert codes == TESTED
+    section = re.split(r"^#+ Exit codes\s*$", text, maxsplit=1, flags=re.M)[1]
+    rows = []
+    for line in section.splitlines():
+        m = re.match(r"^\| `?(\d+)`? \|[^|]*\|(.*)\|\s*$", line)
+        if m:
+            rows += [(int(m.group(1)), s.strip()) for s in m.group(2).split(";") if s.strip()]
+        elif rows and not line.startswith("|"):
+            break
+    return rows
 
 
-def test_0_ok(warehouse):
-    db, _ = warehouse
-    r = cli("models", "-w", str(db))
-    assert r.exit_code == 0 and MODEL in r.stdout
+TABLE = _readme_table()
 
 
-def test_1_failure_and_analysis_errors(warehouse, tmp_path: Path):
-    db, data = warehouse
-    r = cli("sql", "SELECT * FROM no_such_table", "-w", str(db))
-    assert r.exit_code == 1 and "no_such_table" in r.stderr
-    # a head whose query file is gone fails; the others are written
+def _ok(warehouse, tmp_path):
+    r = cli("models", "-w", str(warehouse[0]))
+    assert MODEL in r.stdout
+    return r
+
+
+def _analysis_error(warehouse, tmp_path):
+    """A head whose query file is gone fails; the others are written."""
+    _, data = warehouse
     copy = tmp_path / "copy"
     shutil.copytree(data, copy)
     db2 = tmp_path / "wh2.duckdb"
     assert cli("ingest", str(copy), "--model-id", MODEL, "-w", str(db2)).exit_code == 0
     shutil.rmtree(copy / "l01h01q")
     r = cli("compute", "-w", str(db2), "-a", "pca", "-j", "1")
-    assert r.exit_code == 1
     assert "1 head(s) failed; the others were written" in r.stderr
+    return r
 
 
-def test_2_bad_input_and_usage(warehouse):
-    db, _ = warehouse
-    r = cli("compute", "-w", str(db), "-p", "rotation.t_active=-1")
-    assert r.exit_code == 2 and "rotation.t_active must be in [0, 1]" in r.stderr
-    r = cli("compute", "--no-such-option")  # typer's usage errors
-    assert r.exit_code == 2
-    r = cli("remove", MODEL, "-w", str(db))  # deleting needs --yes without a terminal
-    assert r.exit_code == 2 and "pass --yes" in r.stderr
+def _sql_error(warehouse, tmp_path):
+    r = cli("sql", "SELECT * FROM no_such_table", "-w", str(warehouse[0]))
+    assert "no_such_table" in r.stderr
+    return r
 
 
-def test_3_warehouse_locked_by_another_process(warehouse):
+def _invalid_parameters(warehouse, tmp_path):
+    r = cli("compute", "-w", str(warehouse[0]), "-p", "rotation.t_active=-1")
+    assert "rotation.t_active must be in [0, 1]" in r.stderr
+    return r
+
+
+def _unknown_option(warehouse, tmp_path):
+    return cli("compute", "--no-such-option")  # typer's usage errors
+
+
+def _unknown_analysis(warehouse, tmp_path):
+    r = cli("compute", "-w", str(warehouse[0]), "-a", "pcaa")
+    assert "unknown analysis 'pcaa'" in r.stderr
+    return r
+
+
+def _missing_extra(warehouse, tmp_path):
+    import pytest as _pytest
+
+    with _pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "ray", None)  # `import ray` fails as when the extra is not installed
+        r = cli("compute", "-w", str(warehouse[0]), "--executor", "ray", "--force")
+    assert "pip install 'qkwh[ray]'" in r.stderr
+    return r
+
+
+def _not_a_dataset(warehouse, tmp_path):
+    (tmp_path / "junk" / "sub").mkdir(parents=True)
+    r = cli("ingest", str(tmp_path / "junk"), "--model-id", "junk", "-w", str(warehouse[0]))
+    assert "junk" in r.stderr
+    return r
+
+
+def _deletion_without_yes(warehouse, tmp_path):
+    r = cli("remove", MODEL, "-w", str(warehouse[0]))  # CliRunner's stdin is not a terminal
+    assert "pass --yes" in r.stderr
+    return r
+
+
+def _sql_not_one_query(warehouse, tmp_path):
+    target = tmp_path / "out.csv"
+    r = cli("sql", f"COPY (SELECT 1) TO '{target}'", "-w", str(warehouse[0]))
+    assert not target.exists()
+    return r
+
+
+def _foreign_duckdb_file(warehouse, tmp_path):
+    import duckdb
+
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE notes (x INTEGER)")
+    con.close()
+    r = cli("status", "-w", str(other))
+    con = duckdb.connect(str(other), read_only=True)
+    try:
+        assert [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()] == ["notes"]
+    finally:
+        con.close()
+    return r
+
+
+def _locked(warehouse, tmp_path):
     db, _ = warehouse
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
@@ -90,25 +158,83 @@ def test_3_warehouse_locked_by_another_process(warehouse):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
-        for args in (["compute", "-j", "1"], ["sql", "SELECT 1"], ["remove", MODEL, "--yes"]):
-            r = cli(*args, "-w", str(db))
-            assert r.exit_code == 3, (args, r.output + r.stderr)
-            assert f"warehouse {db} is locked by another process" in r.stderr
+        results = [cli(*args, "-w", str(db)) for args in (["compute", "-j", "1"], ["sql", "SELECT 1"],
+                                                          ["remove", MODEL, "--yes"])]
     finally:
         holder.kill()
         holder.wait()
+    for r in results:
+        assert r.exit_code == 3 and f"warehouse {db} is locked by another process" in r.stderr, r.stderr
+    return results[0]
 
 
-def test_4_not_found(warehouse, tmp_path: Path):
+def _unknown_model(warehouse, tmp_path):
     db, _ = warehouse
     r = cli("findings", "no-such-model", "-w", str(db))
-    assert r.exit_code == 4 and f"(have: {MODEL})" in r.stderr
-    r = cli("compute", "-w", str(tmp_path / "absent.duckdb"))
-    assert r.exit_code == 4 and not (tmp_path / "absent.duckdb").exists()
+    assert f"(have: {MODEL})" in r.stderr and r.exit_code == 4
     r = cli("remove", "no-such-model", "--yes", "-w", str(db))
-    assert r.exit_code == 4 and "no model 'no-such-model'" in r.stderr
+    assert "no model 'no-such-model'" in r.stderr and r.exit_code == 4
     r = cli("compute", "-w", str(db), "-m", "no-such-model")
-    assert r.exit_code == 4 and "no model 'no-such-model'" in r.stderr
+    assert "no model 'no-such-model'" in r.stderr
+    return r
+
+
+def _no_warehouse(warehouse, tmp_path):
+    r = cli("compute", "-w", str(tmp_path / "absent.duckdb"))
+    assert not (tmp_path / "absent.duckdb").exists()
+    return r
+
+
+def _missing_ingest_folder(warehouse, tmp_path):
+    r = cli("ingest", str(tmp_path / "nowhere"), "--model-id", "x", "-w", str(warehouse[0]))
+    assert "nowhere: no such folder" in r.stderr
+    return r
+
+
+def _moved_files(warehouse, tmp_path):
+    _, data = warehouse
+    copy = tmp_path / "moved"
+    shutil.copytree(data, copy)
+    db2 = tmp_path / "wh3.duckdb"
+    assert cli("ingest", str(copy), "--model-id", MODEL, "-w", str(db2)).exit_code == 0
+    copy.rename(tmp_path / "elsewhere")
+    r = cli("compute", "-w", str(db2), "-a", "pca", "-j", "1")
+    assert MODEL in r.stderr
+    return r
+
+
+SITUATIONS = {
+    "a command that did what it was asked": _ok,
+    "an analysis error on some heads": _analysis_error,
+    "a SQL error": _sql_error,
+    "invalid parameters (`-p rotation.t_active=-1`)": _invalid_parameters,
+    "an unknown option": _unknown_option,
+    "an unknown analysis (`-a pcaa`)": _unknown_analysis,
+    "a missing optional extra (`--executor ray` without Ray)": _missing_extra,
+    "input data that is not a captured dataset": _not_a_dataset,
+    "a deletion without `--yes` when stdin is not a terminal": _deletion_without_yes,
+    "a `qkwh sql` statement that is not one query (`COPY ... TO`)": _sql_not_one_query,
+    "a DuckDB file that is not a qkwh warehouse": _foreign_duckdb_file,
+    "another process holding the warehouse": _locked,
+    "an unknown model": _unknown_model,
+    "no warehouse file": _no_warehouse,
+    "a missing ingest folder": _missing_ingest_folder,
+    "a model's moved parquet files": _moved_files,
+    "Ctrl-C during `qkwh build`": None,  # test_130_ctrl_c_in_build_prints_one_line (a subprocess, slow)
+}
+
+
+def test_the_readme_table_lists_exactly_the_situations_walked_here():
+    assert {code for code, _ in TABLE} == TESTED
+    assert sorted(s for _, s in TABLE) == sorted(SITUATIONS)
+
+
+@pytest.mark.parametrize("code, situation", [(c, s) for c, s in TABLE if SITUATIONS.get(s)],
+                         ids=[s for c, s in TABLE if SITUATIONS.get(s)])
+def test_each_situation_of_the_readme_table_exits_with_its_code(warehouse, tmp_path: Path, code: int,
+                                                                 situation: str):
+    r = SITUATIONS[situation](warehouse, tmp_path)
+    assert r.exit_code == code, (situation, r.output + r.stderr)
 
 
 @pytest.mark.slow
@@ -127,7 +253,7 @@ def test_130_ctrl_c_in_build_prints_one_line(warehouse, tmp_path: Path):
     def read() -> None:
         for line in proc.stderr:
             lines.append(line.rstrip("\n"))
-            if " START " in line:  # dbt is running nodes
+            if line.startswith("dbt: building "):  # dbt is running nodes
                 started.set()
 
     reader = threading.Thread(target=read, daemon=True)

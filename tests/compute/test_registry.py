@@ -292,7 +292,7 @@ def test_without_the_toy_nothing_knows_it(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
     r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy"])
-    assert r.exit_code != 0 and "unknown analysis toy; choose from pca, rotation, plasticity" in r.stderr
+    assert r.exit_code == 2 and "unknown analysis 'toy'; choose from pca, rotation, plasticity" in r.stderr
 
 
 def test_bad_declarations_are_refused():

@@ -1,5 +1,6 @@
-"""qkwh installs anywhere: the wheel carries every run-time file, and an installed `qkwh demo`
-runs end to end from an empty folder, writing only there.
+"""qkwh installs anywhere: the wheel carries every run-time file, an installed `qkwh demo` runs
+end to end from an empty folder, writing only there, and the Python entry point (`qkwh.open`)
+reads its warehouse in the wheel's own environment.
 
 The source tree is copied to a temporary folder first (so the build writes nothing into the
 checkout), with leftovers of a working copy planted in it (dbt's target/ and logs/, .user.yml, a
@@ -10,6 +11,7 @@ and runs the installed console script with PYTHONPATH unset.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +92,27 @@ def _tree_state(root: Path) -> dict[str, tuple[int, int]]:
             for p in root.rglob("*") if p.is_file() or p.is_dir()}
 
 
+PYTHON_API = """
+import importlib.util, json, sys
+import numpy as np, pyarrow as pa
+import qkwh
+wh = qkwh.open("qkwh.duckdb")
+names = wh.tables()
+summary = wh.table("model_summary")
+arrays = wh.table("head_taxonomy").to_numpy()
+rows = wh.sql("SELECT model_id, n_heads FROM model_summary WHERE n_heads > ?", [0]).to_pylist()
+has_pandas = importlib.util.find_spec("pandas") is not None
+try:
+    frame = summary.to_pandas()
+    pandas = type(frame).__name__
+except ImportError as exc:
+    pandas = str(exc)
+print(json.dumps({"has_model_summary": "model_summary" in names, "arrow": isinstance(summary.to_arrow(), pa.Table),
+                  "numpy": all(isinstance(v, np.ndarray) for v in arrays.values()), "n_taxonomy": len(next(iter(arrays.values()))),
+                  "rows": rows, "has_pandas": has_pandas, "pandas": pandas}))
+"""
+
+
 @pytest.mark.slow
 def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_path: Path):
     env = {k: v for k, v in os.environ.items()
@@ -118,18 +141,25 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     assert _tree_state(site) == before, "the demo wrote into site-packages"
-    wh = work / "qkwh-demo.duckdb"
+    wh = work / "qkwh.duckdb"  # the default warehouse: every command finds it in this folder
     assert wh.is_file()
-    assert (work / "qkwh-demo.dbt" / "target" / "manifest.json").is_file()
-    assert (work / "qkwh-demo.dbt" / "logs" / "dbt.log").is_file()
+    assert (work / "qkwh.dbt" / "target" / "manifest.json").is_file()
+    assert (work / "qkwh.dbt" / "logs" / "dbt.log").is_file()
     report = work / "reports" / "demo"
     assert (report / "index.html").is_file() and (report / "figures.json").is_file()
-    assert list((report / "figures").glob("*.png"))
-    assert sorted(p.name for p in work.iterdir()) == ["qkwh-demo.dbt", "qkwh-demo.duckdb", "reports"]
-    r = subprocess.run([str(py), "-c", (
-        "import duckdb; con = duckdb.connect('qkwh-demo.duckdb', read_only=True); "
-        "print(con.execute('SELECT count(*), min(model_id), min(n_heads) FROM model_summary').fetchone()); "
-        "print(con.execute('SELECT count(*) FROM head_taxonomy').fetchone()[0])")],
-        capture_output=True, text=True, check=True, env=env, cwd=work)
-    assert r.stdout.split("\n")[:2] == ["(1, 'smollm2-135m', 12)", "12"]
+    assert sorted(p.name for p in work.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
+    r = subprocess.run([str(venv / "bin" / "qkwh"), "models"], capture_output=True, text=True, env=env, cwd=work)
+    assert r.returncode == 0 and "smollm2-135m" in r.stdout, r.stderr
+
+    # the Python entry point, in the wheel's own environment (nothing else installed): Arrow and
+    # numpy without knowing DuckDB, and to_pandas says what it needs when pandas is not there
+    r = subprocess.run([str(py), "-c", PYTHON_API], capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    assert got["has_model_summary"] and got["arrow"] and got["numpy"] and got["n_taxonomy"] == 12
+    assert got["rows"] == [{"model_id": "smollm2-135m", "n_heads": 12}]
+    if got["has_pandas"]:
+        assert got["pandas"] == "DataFrame"
+    else:
+        assert "needs pandas (pip install pandas)" in got["pandas"]
 

@@ -1,0 +1,72 @@
+"""The Python entry point: `qkwh.open(path)` reads a warehouse read-only, lists its tables, and
+returns tables, marts and query results as Arrow, numpy or pandas, without DuckDB's API.  (The
+installed wheel's own environment is checked in tests/packaging/test_wheel.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+import qkwh
+from qkwh import store
+from qkwh.cli import app
+from qkwh.errors import NotFoundError
+
+MODEL = "synth-py"
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("api")
+    data, db = tmp / MODEL, tmp / "wh.duckdb"
+    runner = CliRunner()
+    for args in (["synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
+                  "--rows", "300"],
+                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+                 ["compute", "-w", str(db), "-a", "pca", "-j", "1"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output + r.stderr
+    return db
+
+
+def test_open_lists_tables_and_reads_them_as_arrow_numpy_and_rows(db):
+    wh = qkwh.open(db)
+    names = wh.tables()
+    assert {"models", "heads", "pca_heads"} <= set(names) and names == sorted(names)
+    heads = wh.table("pca_heads")
+    assert isinstance(heads.to_arrow(), pa.Table) and len(heads) == 4
+    arrays = heads.to_numpy()
+    assert set(arrays) == set(heads.columns) and isinstance(arrays["layer"], np.ndarray)
+    assert sorted(arrays["layer"].tolist()) == [0, 0, 1, 1]
+    rows = wh.sql("SELECT model_id, count(*) AS n FROM heads WHERE layer >= ? GROUP BY 1", [0]).to_pylist()
+    assert rows == [{"model_id": MODEL, "n": 4}]
+
+
+def test_open_is_read_only_and_holds_no_lock(db):
+    wh = qkwh.open(db)
+    wh.table("models")
+    with pytest.raises(Exception, match="read-only"):
+        wh.sql("CREATE TABLE x AS SELECT 1")
+    con = store.connect(db)  # a writer gets in while `wh` is alive
+    con.close()
+    assert "x" not in wh.tables()
+
+
+def test_default_path_and_clear_errors(db, tmp_path, monkeypatch):
+    monkeypatch.setenv("QKWH_WAREHOUSE", str(db))
+    assert qkwh.open().path == db
+    with pytest.raises(NotFoundError, match="did you mean 'models'"):
+        qkwh.open(db).table("modls")
+    with pytest.raises(NotFoundError, match="no warehouse at"):
+        qkwh.open(tmp_path / "absent.duckdb")
+    assert not (tmp_path / "absent.duckdb").exists()
+
+
+def test_pandas_when_present(db):
+    pd = pytest.importorskip("pandas")
+    frame = qkwh.open(db).table("heads").to_pandas()
+    assert isinstance(frame, pd.DataFrame) and len(frame) == 4
