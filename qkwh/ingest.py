@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from qkwh import store
+from qkwh import rope_sources, store
 from qkwh.errors import InputError, QkwhError
 from qkwh.ids import case_collision, check_model_id
 from qkwh.models_csv import ModelEntry, load_registry, match
@@ -213,11 +213,14 @@ def _float(v) -> float | None:
         return None
 
 
-def source_fingerprint(stats: list[FileStats], facts: ModelFacts) -> str:
+def source_fingerprint(stats: list[FileStats], facts: ModelFacts, rope: dict | None = None) -> str:
+    """Hash of the files, the facts and the resolved RoPE frequency rows (a frequency source that
+    appears later, e.g. a config.json now cached, makes the same files ingest again)."""
     h = hashlib.sha256()
     for s in sorted(stats, key=lambda s: s.file.config_name):
         h.update(f"{s.file.config_name}:{s.fingerprint}:{s.file.path}\n".encode())
     h.update(json.dumps(asdict(facts), sort_keys=True, default=str).encode())
+    h.update(json.dumps(rope, sort_keys=True, default=repr).encode())
     return h.hexdigest()[:32]
 
 
@@ -289,9 +292,12 @@ def ingest(
                                   strategy=facts.sampling_strategy, context_length=facts.context_length,
                                   gqa_ratio=facts.gqa_ratio)
         findings += _metadata_findings(meta, stats)
-        fp = source_fingerprint(stats, facts)
+        rope_rows, rope_findings = _rope_rows(meta, stats, facts, registry,
+                                              hub=origin["source_kind"] in ("hub", "hub_remote"))
+        findings += rope_findings
+        fp = source_fingerprint(stats, facts, rope_rows)
         return _write(con, source=source, origin=origin, layout=layout, meta=meta, stats=stats,
-                      facts=facts, findings=findings, fingerprint=fp, confirm=confirm)
+                      facts=facts, findings=findings, fingerprint=fp, confirm=confirm, rope_rows=rope_rows)
     finally:
         con.close()
 
@@ -428,6 +434,21 @@ def ingest_many(
     return outcomes
 
 
+def _rope_rows(meta: DatasetMetadata, stats: list[FileStats], facts: ModelFacts,
+               registry: dict[str, ModelEntry], *, hub: bool) -> tuple[dict | None, list[Finding]]:
+    """Rows of ``rope_frequencies`` for the captured layers (None when unknown) and the finding
+    saying where they came from or what is missing (qkwh.rope_sources); never fails the ingest."""
+    entry = registry.get(facts.model_id) if facts.in_registry else None
+    resolved, findings = rope_sources.resolve(
+        meta=meta, layers={s.file.layer for s in stats}, head_dim=facts.head_dim, rope_theta=facts.rope_theta,
+        rope_type=meta.get_str("rope_type") or facts.rope_scaling, nope_layers=facts.nope_layers,
+        hf_model=facts.hf_model, hf_revision=entry.hf_revision if entry else None, allow_download=hub)
+    if resolved is None:
+        return None, findings
+    return resolved.rows(facts.model_id, head_dim=facts.head_dim, bucket_size=facts.bucket_size,
+                         context_length=facts.context_length), findings
+
+
 def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Finding]:
     out: list[Finding] = []
     if not meta.sources:
@@ -447,7 +468,8 @@ def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Fi
 
 
 def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stats, facts: ModelFacts,
-           findings, fingerprint, confirm: Callable[[str], None] | None = None) -> IngestReport:
+           findings, fingerprint, confirm: Callable[[str], None] | None = None,
+           rope_rows: dict | None = None) -> IngestReport:
     heads = _heads(stats, facts.gqa_ratio)
     report = IngestReport(
         model_id=facts.model_id, status="ingested", root=layout.root, n_files=len(stats),
@@ -527,6 +549,8 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
             "check": [f.check for f in findings],
             "detail": [f.detail for f in findings],
         })
+        if rope_rows:
+            store.insert_columns(con, "rope_frequencies", rope_rows)
         store.rebuild_vectors_view(con)
     return report
 

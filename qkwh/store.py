@@ -251,7 +251,7 @@ def tables_with_column(con: duckdb.DuckDBPyConnection, column: str) -> list[str]
     return [r[0] for r in rows]
 
 
-CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings")
+CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings", "rope_frequencies")
 
 
 def compute_tables() -> tuple[str, ...]:

@@ -86,6 +86,26 @@ CREATE TABLE IF NOT EXISTS ingest_findings (
     detail      VARCHAR NOT NULL
 );
 
+-- RoPE planes of every captured layer, from the model's own frequencies (docs/metrics/rope.md):
+-- rotated planes first, then one plane of width 1 per unrotated dim (all dims of a NoPE layer).
+-- No rows for a model whose frequencies are unknown (an ingest_findings 'rope_frequencies' warning
+-- says which field is missing).  Warehouses created before this table get it here (empty until
+-- their models are ingested again).
+CREATE TABLE IF NOT EXISTS rope_frequencies (
+    model_id           VARCHAR NOT NULL,
+    layer              INTEGER NOT NULL,
+    plane              INTEGER NOT NULL,         -- 0-based; rotated planes first
+    dim_a              INTEGER NOT NULL,         -- first dim of the plane (the dim itself when unrotated)
+    dim_b              INTEGER,                  -- second dim; NULL for an unrotated dim
+    inv_freq           DOUBLE NOT NULL,          -- radians per token (0 when unrotated)
+    wavelength         DOUBLE NOT NULL,          -- 2*pi / inv_freq tokens (+inf when unrotated)
+    band               VARCHAR NOT NULL,         -- 'high' | 'mid' | 'low' | 'unrotated'
+    attention_scaling  DOUBLE NOT NULL,          -- factor on cos/sin (yarn), else 1
+    layout             VARCHAR NOT NULL,         -- 'half' | 'interleaved'
+    source             VARCHAR NOT NULL,         -- 'capture' | 'config' | 'rope_theta'
+    PRIMARY KEY (model_id, layer, plane)
+);
+
 ------------------------------------------------------------------------------------------------
 -- Compute bookkeeping (written by `qkwh compute`)
 ------------------------------------------------------------------------------------------------

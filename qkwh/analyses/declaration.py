@@ -17,7 +17,7 @@ from typing import Any
 HEAD_KEY: tuple[str, ...] = ("model_id", "layer", "q_head", "k_head")
 CONFIG_COLUMN = "config_id"
 #: tables and views of the warehouse that no analysis may claim (catalog and bookkeeping)
-RESERVED_TABLES = frozenset({"models", "files", "heads", "ingest_findings", "run_config", "head_runs",
+RESERVED_TABLES = frozenset({"models", "files", "heads", "ingest_findings", "rope_frequencies", "run_config", "head_runs",
                              "current_config", "mart_builds", "vectors"})
 #: the per-head precomputations an analysis may ask for in ``Analysis.shared`` (built by
 #: :mod:`qkwh.compute.precompute`, once per head for every analysis that asks)

@@ -13,6 +13,8 @@ torch and transformers are imported lazily: importing this module costs nothing.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import json
 import os
 import re
 import sys
@@ -48,6 +50,7 @@ class ModelInfo:
     rope_theta: float | None
     rope_type: str | None
     dtype: str
+    rope_frequencies: dict[str, Any] | None = None  # the rotary modules' own vectors (rope_record)
 
     def metadata(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -67,6 +70,8 @@ class ModelInfo:
             out["rope_type"] = self.rope_type
         if self.sliding_window is not None:
             out["model_sliding_window"] = self.sliding_window
+        if self.rope_frequencies is not None:  # one JSON string: the card's `key`: `value` lines stay flat
+            out["rope_frequencies"] = json.dumps(self.rope_frequencies, sort_keys=True)
         return out
 
 
@@ -145,8 +150,65 @@ def describe(lm: Any, *, name: str, source: str, kind: str, dtype: str) -> Model
         num_layers=n_layers, num_query_heads=n_q, num_key_heads=n_kv, head_dim=int(head_dim),
         max_position_embeddings=getattr(cfg, "max_position_embeddings", None),
         sliding_layers=sliding, sliding_window=int(window) if window and sliding else None,
-        rope_theta=theta, rope_type=rope_type, dtype=dtype,
+        rope_theta=theta, rope_type=rope_type, dtype=dtype, rope_frequencies=rope_record(lm, cfg),
     )
+
+
+def rope_record(lm: Any, cfg: Any) -> dict[str, Any] | None:
+    """What the model's rotary modules use, read from the modules themselves (None without any):
+
+    ``by_type``: {layer type: {"inv_freq": [radians per token, plane 0 first],
+    "attention_scaling": float}}; layer type ``all`` when one module serves every layer, else
+    the model's layer types (``full_attention``, ``sliding_attention``, ...).
+    ``layer_types``: the attention type of each layer (None when ``all``); ``nope_layers``: layers
+    without RoPE; ``partial_rotary_factor``; ``layout``: ``half`` (rotate_half) or
+    ``interleaved`` when the architecture's code says which, else None.
+    Read by :mod:`qkwh.rope_sources` at ingest (docs/metrics/rope.md).
+    """
+    from qkwh.analyses.rope_frequencies import nope_layers_from_config
+
+    by_type: dict[str, dict[str, Any]] = {}
+    module_of_rope = None
+    for _name, module in lm.named_modules():
+        buffers = dict(module.named_buffers(recurse=False))
+        for bname, buf in buffers.items():
+            if not bname.endswith("inv_freq") or "original" in bname:
+                continue
+            kind = bname[: -len("_inv_freq")] if bname != "inv_freq" else "all"
+            scaling = getattr(module, "attention_scaling" if kind == "all" else f"{kind}_attention_scaling", 1.0)
+            by_type.setdefault(kind, {"inv_freq": [float(x) for x in buf.detach().to("cpu").double().tolist()],
+                                      "attention_scaling": float(scaling if scaling is not None else 1.0)})
+            module_of_rope = module_of_rope or module
+    if not by_type:
+        return None
+    params = getattr(cfg, "rope_parameters", None)
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        params = params.get("full_attention") or next(iter(params.values()))
+    prf = (params or {}).get("partial_rotary_factor") if isinstance(params, dict) else None
+    prf = prf if prf is not None else getattr(cfg, "partial_rotary_factor", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    return {
+        "by_type": by_type,
+        "layer_types": [str(t) for t in layer_types] if "all" not in by_type and layer_types else None,
+        "nope_layers": nope_layers_from_config(cfg.to_dict()) if hasattr(cfg, "to_dict") else [],
+        "partial_rotary_factor": float(prf) if prf is not None else 1.0,
+        "layout": _rope_layout(module_of_rope),
+    }
+
+
+def _rope_layout(rotary_module: Any) -> str | None:
+    """``half`` when the architecture's apply_rotary_pos_emb rotates halves (rotate_half),
+    ``interleaved`` when it rotates adjacent pairs, None when its code says neither."""
+    fn = getattr(sys.modules.get(type(rotary_module).__module__), "apply_rotary_pos_emb", None)
+    try:
+        code = inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        return None
+    if "rotate_half(" in code:
+        return "half"
+    if "rotate_every_two(" in code or "interleave" in code:
+        return "interleaved"
+    return None
 
 
 def _rope(cfg: Any) -> tuple[float | None, str | None]:

@@ -127,12 +127,15 @@ class _Fault:
 
 @dataclass
 class HubStandIn:
-    """Serves ``repo_id`` with ``branches`` = {branch name: {repo path: bytes}}."""
+    """Serves ``repo_id`` with ``branches`` = {branch name: {repo path: bytes}}: a dataset
+    repository, or a model repository with ``repo_type="model"`` (``/{repo_id}/resolve/...``,
+    ``/api/models/{repo_id}``)."""
 
     repo_id: str
     branches: dict[str, dict[str, bytes]]
     request_timeout: float = 10.0  # per-connection socket timeout (seconds)
     page_size: int = 1000  # tree entries per answer (the Hub's page size without expand)
+    repo_type: str = "dataset"  # 'dataset' | 'model'
     requests: list[RequestRecord] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -256,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         record = RequestRecord(method="POST", path=path, range=None)
         self.hub._record(record)
-        prefix = f"/api/datasets/{self.hub.repo_id}/paths-info/"
+        prefix = f"/api/{self.hub.repo_type}s/{self.hub.repo_id}/paths-info/"
         length = int(self.headers.get("Content-Length") or 0)
         form = parse_qs(self.rfile.read(length).decode()) if length else {}
         if not path.startswith(prefix):
@@ -285,8 +288,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         record = RequestRecord(method=self.command, path=path, range=self.headers.get("Range"))
         self.hub._record(record)
-        prefix_api = f"/api/datasets/{self.hub.repo_id}"
-        prefix_resolve = f"/datasets/{self.hub.repo_id}/resolve/"
+        prefix_api = f"/api/{self.hub.repo_type}s/{self.hub.repo_id}"
+        prefix_resolve = ("/datasets" if self.hub.repo_type == "dataset" else "") + f"/{self.hub.repo_id}/resolve/"
         try:
             if path.startswith(prefix_resolve):
                 self._resolve(record, path[len(prefix_resolve) :], head=head)
