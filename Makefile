@@ -1,4 +1,6 @@
 # Two entry points: `make demo` and `make test`. Each creates .venv on first use (editable install).
+# `make lint` (ruff and mypy) and `make test-fast` (the suite without slow, bench and packaging
+# tests) are for development; .ci/run runs `make lint` and then `make test`.
 # `make demo` keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/)
 # and its report in reports/demo/.
 PYTHON ?= python3.11
@@ -11,7 +13,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install clean bench
+.PHONY: demo test test-fast lint install clean bench
 
 $(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -29,6 +31,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not bench and not packaging"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
