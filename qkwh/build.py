@@ -23,9 +23,10 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from qkwh.errors import Interrupted, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR
@@ -174,7 +175,7 @@ def _input_states(warehouse: Path):
         return None
     from qkwh import status, store
 
-    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    started = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     con = store.connect(warehouse)
     try:
         return started, status.input_states(con)

@@ -418,10 +418,9 @@ def compute(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from qkwh import store
     from qkwh.compute.runner import compute as run
     from qkwh.config import load_execution, load_run_config
-
-    from qkwh import store
 
     execution = load_execution(config)
     kind = executor or execution["executor"] or "pool"

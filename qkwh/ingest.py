@@ -256,7 +256,7 @@ def ingest(
         branch = _remote_branch(source)
         layout: Layout = branch.layout()
         meta = branch.metadata()
-        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()
+        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()  # noqa: E731
         origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
                   "revision": branch.source.revision, "names": [branch.source.revision],
                   "root": branch.commit_uri}
@@ -445,7 +445,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
         repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
         n_files=len(stats), n_rows=report.n_rows,
         metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,
-        ingested_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        ingested_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
     )
     import pyarrow as pa
 

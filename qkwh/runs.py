@@ -116,7 +116,7 @@ def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
         if missing or not hits:
             raise NotFoundError(f"no heads of parameter set {ref!r} in "
                                 f"{', '.join(missing) if missing else 'the warehouse'}")
-        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.transaction(con):
             con.executemany(store.load_sql("set_current_config"), [[m, a, c, now] for m, a, c in hits])
         return hits

@@ -43,8 +43,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkwh.analyses.moments import QueryMoments, query_moments
-from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
+from qkwh.analyses.moments import (
+    QueryMoments,
+    cap_rows,  # re-exported: the cap is the caller's job
+    query_moments,
+)
 from qkwh.analyses.normality import (  # noqa: F401 (_kstwo_sf_one: tests)
     _kstwo_sf_one,
     ks_norm_pvalues,
@@ -90,7 +93,7 @@ _ks_summary = ks_summary
 # block sizes passed to the bucket estimators at each call (tests shrink them to force blocking)
 _GRAM_BLOCK = GRAM_BLOCK
 _HEAT_DENSE_MAX = HEAT_DENSE_MAX
-__all__ = [  # noqa: F822 (re-exports)
+__all__ = [  # with re-exports
     "BucketEstimate",
     "EmpiricalEstimate",
     "HeatmapAccumulator",
@@ -282,7 +285,7 @@ def _q_diagnostics(
 
 
 def _nan_diagnostics() -> dict[str, float]:
-    return {c: math.nan for c in _DIAG_COLUMNS}
+    return dict.fromkeys(_DIAG_COLUMNS, math.nan)
 
 
 def analyse(head: HeadData, params: PlasticityParams, *, seed: int,

@@ -205,7 +205,7 @@ class PositionalModel:
     sigma2_pos: float
 
     @classmethod
-    def fit(cls, t: np.ndarray, x0: np.ndarray, beta_norm: float) -> "PositionalModel":
+    def fit(cls, t: np.ndarray, x0: np.ndarray, beta_norm: float) -> PositionalModel:
         """From positions ``t`` (n,) and rotated coordinate 0 ``x0`` (n,), slope ``||beta||``."""
         n = len(t)
         if n == 0:

@@ -16,9 +16,10 @@ import contextlib
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from qkwh.errors import InputError
 

@@ -70,7 +70,7 @@ def compute_lock(warehouse: str | Path | None) -> Iterator[None]:
     wh = store.resolve_warehouse(warehouse)
     path = wh.with_name(wh.name + ".compute.lock")
     while True:
-        fh = open(path, "a+")
+        fh = open(path, "a+")  # noqa: SIM115 (held open: the lock lives as long as the handle)
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -144,7 +144,7 @@ def compute(
         con = store.connect(wh)
         try:
             units = load_units(con, models)
-            done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
+            done = {(m, layer, q, a, cid): fp for m, layer, q, a, cid, fp in
                     con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
             catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
             tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)

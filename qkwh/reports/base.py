@@ -22,8 +22,9 @@ from __future__ import annotations
 import colorsys
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import altair as alt
 import duckdb
@@ -306,8 +307,8 @@ def shades(color: str, n: int) -> list[str]:
     if n <= 1:
         return [color] * n
     rgb = tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    h, l, s = colorsys.rgb_to_hls(*rgb)
-    lo, hi = max(0.18, l - 0.22), min(0.74, l + 0.2)
+    h, light, s = colorsys.rgb_to_hls(*rgb)
+    lo, hi = max(0.18, light - 0.22), min(0.74, light + 0.2)
     return [_hex(colorsys.hls_to_rgb(h, lo + (hi - lo) * i / (n - 1), s)) for i in range(n)]
 
 

@@ -4,7 +4,8 @@ intervals, Q/K collages)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import altair as alt
 

@@ -15,15 +15,15 @@ from qkwh.reports.base import (
     NoData,
     finite,
     head_tooltip,
-    pick,
     model_look,
     model_sort,
     model_tooltip,
+    pick,
     require,
     table_of,
     token_axis,
 )
-from qkwh.reports.intervals import Intervals, along, errorbar, point_marks, pct
+from qkwh.reports.intervals import Intervals, along, errorbar, pct, point_marks
 
 SECTION = "Plasticity"
 

@@ -18,10 +18,11 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import altair as alt
 import duckdb
@@ -31,7 +32,16 @@ from qkwh import __version__, store
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.paths import REPORTS_DIR
 from qkwh.reports import pca, plasticity, published, rotation, training
-from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, base_config, ordered_models, relations, slug
+from qkwh.reports.base import (
+    Drawn,
+    FigureDef,
+    Marts,
+    NoData,
+    base_config,
+    ordered_models,
+    relations,
+    slug,
+)
 
 log = logging.getLogger("qkwh.reports")
 
@@ -379,7 +389,7 @@ def _skip_groups(skipped: Sequence[SkippedFigure]) -> list[tuple[SkippedFigure, 
 
 def _html(figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure],
           specs: dict[str, dict[str, Any]], models: Sequence[str], warehouse: Path, out: Path) -> str:
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     bundle = _js_bundle()
     parts: list[str] = []
     parts.append("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")

@@ -37,7 +37,7 @@ def _label(marts: Marts, rows: list[dict[str, Any]]) -> None:
         by_family.setdefault(r.get("family") or "", []).append(r["model_id"])
     cut = {}
     for fam, ids in by_family.items():
-        pre = os.path.commonprefix(ids) if len(ids) > 1 else ""
+        pre = os.path.commonprefix(ids) if len(ids) > 1 else ""  # noqa: RUF071 (cut at a '-' below)
         cut[fam] = pre[: pre.rfind("-") + 1] if "-" in pre else ""
     for r in rows:
         fam = r.get("family") or ""

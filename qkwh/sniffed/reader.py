@@ -122,7 +122,7 @@ def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | B
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: cannot decode parquet data ({_first_line(exc)}); the file may be truncated") from None
     ints = {c: table.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False) for c in INT_COLUMNS}
-    for c, arr in ints.items():
+    for c in ints:
         if table.column(c).null_count:
             raise InputError(f"{path}: column {c} has {table.column(c).null_count} null value(s)")
     vectors = np.empty((table.num_rows, 0), dtype=np.float32)
