@@ -18,8 +18,15 @@ from qkwh.analyses import plasticity as pl
 from qkwh.analyses.types import HeadData
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plasticity import (  # noqa: E402  (shared generators of the plasticity tests)
-    REPO, head_summary, load_real_head, make_head, random_orthogonal, real_heads, run, with_vectors,
+from test_plasticity import (  # (shared generators of the plasticity tests)
+    REPO,
+    head_summary,
+    load_real_head,
+    make_head,
+    random_orthogonal,
+    real_heads,
+    run,
+    with_vectors,
 )
 
 

@@ -72,7 +72,7 @@ def test_planted_axes_recovered(planted) -> None:
 
 def test_planted_parameters_recovered(planted) -> None:
     """Planted values within ~4 sampling s.d. (measured over 20 seeds at n = 4000; here n = 8000)."""
-    head, truth, row, _, _ = planted
+    _, truth, row, _, _ = planted
     assert_allclose(row["alpha_k"], truth.alpha_k, rtol=0.03)
     assert_allclose(row["alpha_q"], truth.alpha_q, rtol=0.05)
     assert_allclose(row["mu_q_a"], truth.mu_q_a, rtol=0.04)
@@ -187,7 +187,7 @@ def test_separation_strength_per_pairing_matches_its_definition() -> None:
         # b is the top eigenvector of P_a C_δ P_a
         a = axes["vec"][0]
         p = np.eye(a.size) - np.outer(a, a)
-        w, v = np.linalg.eigh(p @ c @ p)
+        _w, v = np.linalg.eigh(p @ c @ p)
         assert abs(v[:, -1] @ b) > 1 - 1e-10
         values[pairing] = row["separation_strength"]
     values["independent"] = _run(head)[0]["separation_strength"]

@@ -115,7 +115,7 @@ def test_positions_follow_the_masks_shared_by_the_heads_of_a_layer(llama_capture
             np.testing.assert_array_equal(data.position[data.example_id == stored], want)
         np.testing.assert_array_equal(data.bucket, data.position // 16)
         by_layer_kind.setdefault((f.layer, f.kind), []).append((data.example_id, data.position))
-    for (layer, kind), files in by_layer_kind.items():
+    for files in by_layer_kind.values():
         for ex, pos in files[1:]:  # every head of a layer and kind: the same rows
             np.testing.assert_array_equal(ex, files[0][0])
             np.testing.assert_array_equal(pos, files[0][1])
@@ -209,7 +209,7 @@ def test_hub_dataset_source_uses_split_and_columns(tiny_models, tmp_path, monkey
     calls = []
 
     class FakeDataset(list):
-        column_names = ["uid", "body", "other"]
+        column_names = ("uid", "body", "other")
 
     def load_dataset(name, subset, split, revision):
         calls.append((name, subset, split, revision))
@@ -262,7 +262,7 @@ def test_hub_id_loads_from_the_local_cache_without_network(tiny_models, docs, tm
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("case, extra, message", [
+@pytest.mark.parametrize(("case", "extra", "message"), [
     ("missing model", {"model": "/no/such/model"}, "/no/such/model: no such model folder"),
     ("not a gguf", {"model": "DOCS"}, "a model file must be a .gguf file"),
     ("empty jsonl", {"texts": "EMPTY"}, "no documents to capture"),

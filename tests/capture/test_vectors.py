@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from capture_helpers import need_capture_extra
 
 need_capture_extra()

@@ -5,7 +5,6 @@ flagged, stale marts told, old warehouses migrated with their rows."""
 from __future__ import annotations
 
 import re
-
 import shutil
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def test_keep_current_computes_beside_the_current_set(two_sets: Path, tmp_path: 
 def test_use_and_drop(two_sets: Path, tmp_path: Path):
     db = _copy(two_sets, tmp_path)
     con = store.connect(db, read_only=True)
-    base, s1 = resolve(con, "base"), resolve(con, "s1")
+    base = resolve(con, "base")
     assert resolve(con, base["pca"][:6]) == {"pca": base["pca"]}  # a unique prefix
     con.close()
     with pytest.raises(NotFoundError, match="no parameter set 'nope'"):

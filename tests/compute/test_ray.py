@@ -154,7 +154,7 @@ def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(clu
                  for t in RESULT_TABLES}
     finally:
         con.close()
-    assert dup == 0 and heads == {t: N_HEADS for t in RESULT_TABLES}
+    assert dup == 0 and heads == dict.fromkeys(RESULT_TABLES, N_HEADS)
     assert results(db) == pool_results
 
 

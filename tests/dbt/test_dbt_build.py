@@ -6,17 +6,17 @@ not against the SQL that produced them.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import duckdb
 import pytest
-
 import synthetic_marts as sm
+
 from qkwh import build as build_mod
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
@@ -217,7 +217,7 @@ def test_training_trajectory_orders_checkpoints(synthetic_build):
 def test_bias_decomposition_changes_between_consecutive_checkpoints(synthetic_build):
     rows = {r["model_id"]: r for r in synthetic_build.dicts("SELECT * FROM bias_decomposition")}
     assert set(rows) == set(SPECS)
-    for prev, cur in zip(SMOL, SMOL[1:]):
+    for prev, cur in itertools.pairwise(SMOL):
         r = rows[cur.model_id]
         e_prev, e_cur = sm.expected_bias(prev), sm.expected_bias(cur)
         assert r["previous_model_id"] == prev.model_id
@@ -250,7 +250,7 @@ def test_head_taxonomy_and_fractions(synthetic_build):
         "SELECT taxonomy, n_heads, n_total, fraction FROM taxonomy_fractions WHERE scope_kind = 'all'")
     assert len(fr) == 5
     counts = {}
-    for r_q, r_k, tax in rows:
+    for _r_q, _r_k, tax in rows:
         counts[tax] = counts.get(tax, 0) + 1
     for tax, n, total, frac in fr:
         assert n == counts.get(tax, 0) and total == len(rows) and close(frac, n / total)
