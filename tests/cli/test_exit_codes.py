@@ -84,10 +84,11 @@ def test_2_bad_input_and_usage(warehouse):
 
 def test_3_warehouse_locked_by_another_process(warehouse):
     db, _ = warehouse
+    # the holder keeps the warehouse open until its stdin closes (no time limit: no race on a slow machine)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
-         "print('holding', flush=True); time.sleep(120)", str(db)],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", "import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
+         "print('holding', flush=True); sys.stdin.read()", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
         for args in (["compute", "-j", "1"], ["sql", "SELECT 1"], ["remove", MODEL, "--yes"]):
