@@ -51,7 +51,7 @@ def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     except duckdb.BinderException:  # run_config without `name`: opened read-only, never migrated
         raise QkwhError("this warehouse was written by an older qkwh: open it once for writing (e.g. "
                         "`qkwh build`, or `qkwh compute`) to migrate it, then retry") from None
-    return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]
+    return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]  # type: ignore[misc]
 
 
 def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
@@ -141,7 +141,7 @@ def drop_plan(con: duckdb.DuckDBPyConnection, ref: str, models: list[str] | None
     counts: dict[str, int] = {}
     for analysis, cid in ids.items():
         for table in (*registry.get(analysis).table_names, "head_runs"):
-            n = con.execute(f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "
+            n = con.execute(f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "  # type: ignore[index]
                             "AND (? IS NULL OR list_contains(?, model_id))",
                             [cid, models or None, models or None]).fetchone()[0]
             counts[table] = counts.get(table, 0) + n

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -424,8 +425,8 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
                 mean_rot, reflect_symmetric(qm.bucket_scatter[bi] * flip, v), int(bcount[bi]), tau, pos_model,
                 params.cov_mode, params.eps, offset=qbar_rot,
             )
-        kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
-                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,
+        kw: dict[str, Any] = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
+                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,  # type: ignore[index]
                   gram_block=_GRAM_BLOCK, heat_dense_max=_HEAT_DENSE_MAX)
         if params.pairs == "exhaustive":
             est = exhaustive_bucket(Kr, k_pos, counts, model, rows=elig, **kw)

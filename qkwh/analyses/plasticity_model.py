@@ -330,7 +330,7 @@ def query_model_from_moments(
             if np.isfinite(pos.sigma2_pos) and pos.sigma2_pos > 0:
                 chol = _upper_cholesky(S)
         else:
-            cov = np.diagonal(scatter)[1:] / (n - 1) + eps
+            cov = np.diagonal(scatter)[1:] / (n - 1) + eps  # type: ignore[arg-type]  # given for diag
     else:
         raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
     return QueryModel(

@@ -24,12 +24,13 @@ import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import altair as alt
 import duckdb
 import pyarrow as pa
 
+_T = TypeVar("_T")
 
 class NoData(Exception):
     """A figure has nothing to draw; the message says why (shown in the report)."""
@@ -243,7 +244,7 @@ def pick(rows: Iterable[dict[str, Any]], *cols: str) -> list[dict[str, Any]]:
     return [{c: r.get(c) for c in cols} for r in rows]
 
 
-def require(rows: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+def require(rows: list[_T], what: str) -> list[_T]:
     """``rows`` if any, else NoData naming what is missing."""
     if not rows:
         raise NoData(what)

@@ -152,7 +152,7 @@ def render(
         if old.is_file() and old.name.endswith((".png", ".svg", ".vl.json")):
             old.unlink()
 
-    figures: list[RenderedFigure] = []
+    rendered: list[RenderedFigure] = []
     specs: dict[str, dict[str, Any]] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         jobs = [pool.submit(_write_files, fig_dir, fid, spec, formats, scale)
@@ -168,16 +168,16 @@ def render(
                                              model_id, failed=True))
                 continue
             specs[fid] = spec
-            figures.append(RenderedFigure(fid, fig.section, fig.title, caption, fig.sources,
+            rendered.append(RenderedFigure(fid, fig.section, fig.title, caption, fig.sources,
                                           model_id, png, svg, spec_path))
 
     wh = store.resolve_warehouse(warehouse)
     index = out_dir / "index.html"
-    index.write_text(_html(figures, skipped, specs, selected, wh, out_dir), encoding="utf-8")
+    index.write_text(_html(rendered, skipped, specs, selected, wh, out_dir), encoding="utf-8")
     fig_index = out_dir / "figures.json"
-    fig_index.write_text(json.dumps(_index_json(figures, skipped, selected, wh, out_dir), indent=2),
+    fig_index.write_text(json.dumps(_index_json(rendered, skipped, selected, wh, out_dir), indent=2),
                          encoding="utf-8")
-    return ReportResult(out_dir, index, tuple(figures), tuple(skipped), tuple(selected),
+    return ReportResult(out_dir, index, tuple(rendered), tuple(skipped), tuple(selected),
                         time.perf_counter() - t0, fig_index)
 
 
@@ -240,7 +240,7 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
     built: list[tuple[FigureDef, str, str | None, dict[str, Any], str]] = []
     skipped: list[SkippedFigure] = []
     for fig in catalogue:
-        targets: Iterable[str | None] = marts.models if fig.per_model else [None]
+        targets: Iterable[str | None] = marts.models if fig.per_model else [None]  # type: ignore[list-item]
         for model_id in targets:
             fid = f"{fig.key}-{slug(model_id)}" if model_id else fig.key
             try:
@@ -349,7 +349,7 @@ def _js_bundle() -> str:
             return text
     except OSError:
         pass
-    text = vlc.javascript_bundle(vl_version=VL_VERSION)
+    text = vlc.javascript_bundle(vl_version=VL_VERSION)  # type: ignore[call-arg]  # snippet is optional
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")

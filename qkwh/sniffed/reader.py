@@ -42,7 +42,7 @@ class FileData:
         return int(self.vectors.shape[1])
 
 
-def check_schema(path: Path, schema: pa.Schema) -> str:
+def check_schema(path: Path | str, schema: pa.Schema) -> str:
     """Validate column names and types; return the vector column's kind."""
     names = set(schema.names)
     missing = [c for c in REQUIRED if c not in names]
@@ -139,7 +139,7 @@ def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | B
     return FileData(path, vectors, ints["position"], ints["example_id"], ints["bucket"], sw, kind)
 
 
-def vectors_to_numpy(path: Path, column: pa.ChunkedArray) -> np.ndarray:
+def vectors_to_numpy(path: Path | str, column: pa.ChunkedArray) -> np.ndarray:
     """(n, d) float32 array from a (fixed-size) list column; ragged rows raise InputError."""
     arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     n = len(arr)
