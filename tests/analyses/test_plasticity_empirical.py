@@ -77,6 +77,7 @@ def test_exhaustive_equals_naive_count_synthetic(eligibility):
     assert_allclose(got["ap_bucket_empirical"], naive_empirical(head, eligibility), rtol=1e-13, equal_nan=True)
 
 
+@pytest.mark.slow
 def test_exhaustive_equals_naive_count_on_real_capture():
     """The embedded sample is a real capture (SmolLM2-135M): every admissible pair of every bucket."""
     root = REPO / "warehouse" / "sample" / "smollm2-135m"

@@ -400,6 +400,7 @@ print(best)
 """
 
 
+@pytest.mark.bench
 def test_per_head_time_production_size() -> None:
     """n_q = n_k = 8000, d = 128 on one core: PCA + rotation well under 0.5 s of CPU (~40-60 ms)."""
     import os

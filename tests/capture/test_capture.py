@@ -239,6 +239,7 @@ def test_log_uniform_capture_passes_ingest(tiny_models, docs, tmp_path):
     assert read_metadata(out).metadata["sampling_min_bucket_size"] == 8
 
 
+@pytest.mark.slow
 def test_hub_id_loads_from_the_local_cache_without_network(tiny_models, docs, tmp_path):
     cache = tmp_path / "hf-cache"
     commit = "0123456789abcdef0123456789abcdef01234567"
@@ -299,6 +300,7 @@ def test_output_folder_guards(tiny_models, docs, llama_capture, tmp_path):
     assert tree_bytes(llama_capture) == before
 
 
+@pytest.mark.slow
 def test_killed_capture_resumes_to_the_same_bytes(tiny_models, tmp_path):
     """kill -9 while the capture waits for its third document (a FIFO nobody writes yet): two part
     files are kept, no final file exists, and the same command then finishes the capture with

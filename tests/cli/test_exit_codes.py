@@ -82,8 +82,9 @@ def test_2_bad_input_and_usage(warehouse):
     assert r.exit_code == 2 and "pass --yes" in r.stderr
 
 
-def test_3_warehouse_locked_by_another_process(warehouse):
+def test_3_warehouse_locked_by_another_process(warehouse, monkeypatch):
     db, _ = warehouse
+    monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     # the holder keeps the warehouse open until its stdin closes (no time limit: no race on a slow machine)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys; con = duckdb.connect(sys.argv[1]); "

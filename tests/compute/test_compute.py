@@ -238,6 +238,7 @@ def test_sql_functions_equal_the_bulk_path(computed: Path):
     con.close()
 
 
+@pytest.mark.slow
 def test_full_shared_fixture(shared_fixture: Path, tmp_path: Path):
     db = tmp_path / "fixture.duckdb"
     ingest(str(shared_fixture), warehouse=db)

@@ -303,8 +303,9 @@ def test_hub_unreachable_with_nothing_cached(db: Path, tmp_path: Path, monkeypat
     assert "cached" in line
 
 
-def test_second_process_holding_the_warehouse(db: Path, tmp_path: Path):
+def test_second_process_holding_the_warehouse(db: Path, tmp_path: Path, monkeypatch):
     before = snapshot(db)
+    monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     ready = tmp_path / "ready"
     # the holder keeps the warehouse open until its stdin closes (killed below)
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
