@@ -69,7 +69,8 @@ def test_synthetic_build_passes_every_test_and_unit_test(synthetic_build):
     assert schemas == [("main",)]
 
 
-def test_build_reports_a_locked_warehouse_in_one_line(tmp_path):
+def test_build_reports_a_locked_warehouse_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     wh = tmp_path / "locked.duckdb"
     duckdb.connect(str(wh)).close()
     holder = subprocess.Popen(
