@@ -142,6 +142,7 @@ def test_runs_diff_lists_the_parameters_that_differ(two_sets: Path):
     assert "seed" in r.stdout and "plasticity.cov_mode" not in r.stdout
 
 
+@pytest.mark.slow  # five dbt builds
 def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: Path, tmp_path: Path):
     """Marts of set s1 (current) equal those of a warehouse that only ever held s1; `runs use base`
     makes them stale (status, sql, report say so); rebuilt, they equal a warehouse holding only
@@ -185,6 +186,7 @@ def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: 
     con.close()
 
 
+@pytest.mark.slow  # two dbt builds and a report
 def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     """A compute with new parameters interrupted after its first batch: the new set is current
     but covers only some heads; status, report and model_summary say so."""

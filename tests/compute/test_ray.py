@@ -72,6 +72,7 @@ def pool_results(model, tmp_path_factory) -> dict:
     return results(db)
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "ray")
     r = runner.invoke(app, ["compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster.address])
@@ -82,6 +83,7 @@ def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, 
     assert len(cluster.list_all_nodes()) == 2
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_ray_workers_stream_a_remote_branch_from_the_hub(cluster, model, pool_results, tmp_path, monkeypatch):
     """A branch cataloged with --remote, computed on the cluster: workers fetch their own files
     (HF_ENDPOINT reaches them through the task's runtime env) and write the pool's tables."""
@@ -121,6 +123,7 @@ def _ray_task_pids() -> list[int]:
             and "IDLE" not in line]
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "killed")
     outcome: dict = {}
@@ -189,6 +192,7 @@ def _interrupt_after_first_result(ex: RayExecutor, items: list, got: list) -> No
         raise KeyboardInterrupt  # what Ctrl-C does in the parent
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path):
     """Tasks 1.. never finish on their own (they wait for a file), so no timing decides the
     outcome: every task submitted after the first must end cancelled, none may have finished."""
