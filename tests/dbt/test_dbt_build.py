@@ -97,6 +97,7 @@ def test_build_of_a_missing_warehouse_is_not_found(tmp_path):
         build_mod.build(tmp_path / "nope.duckdb", target_dir=tmp_path / "target")
 
 
+@pytest.mark.slow  # a build of its own
 def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
     """Component weights of a head that no longer sum to 1 fail the invariant test, by name."""
     wh = tmp_path / "corrupt.duckdb"
@@ -415,6 +416,7 @@ def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extende
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # dbt docs generate
 def test_docs_generate_writes_a_static_page(synthetic_build, tmp_path):
     t0 = time.perf_counter()
     page = build_mod.docs_generate(synthetic_build.warehouse, target_dir=tmp_path / "target",
