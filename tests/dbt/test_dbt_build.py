@@ -380,6 +380,7 @@ def _same_rows(a: list[tuple], b: list[tuple]) -> bool:
     return True
 
 
+@pytest.mark.slow  # a second build of the synthetic warehouse
 def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extended_build):
     assert extended_build.result.success
     assert extended_build.notes["stg_models_rows_after_copy"] == len(sm.BASE_MODELS)
