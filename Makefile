@@ -2,6 +2,8 @@
 # `make demo` installs qkwh alone (no torch, ray or transformers: the demo needs none of them),
 # keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/) and its report
 # in reports/demo/.  `make test` installs everything the tests need (the capture and ray extras).
+# `make lint` (ruff and mypy) and `make test-fast` (the suite without slow, bench and packaging
+# tests) are for development; .ci/run runs `make lint` and then `make test`.
 PYTHON ?= python3.11
 # the CPU build of torch for the capture extra (on disk here); installed first so that nothing
 # pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
@@ -13,7 +15,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-core
 
-.PHONY: demo test install clean bench
+.PHONY: demo test test-fast lint install clean bench
 
 $(STAMP): pyproject.toml setup.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH (or: make PYTHON=python3 ...)"; exit 1; }
@@ -40,6 +42,14 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not bench and not packaging"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

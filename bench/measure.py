@@ -260,7 +260,7 @@ def plan_tasks(db: Path, model_id: str, config: RunConfig) -> list[GroupTask]:
         units = load_units(con, [model_id])
     finally:
         con.close()
-    return plan(units, {}, ANALYSES, {a: "bench" for a in ANALYSES}, config, force=True)
+    return plan(units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class Phase:
     other_cores: float = float("nan")  # CPU used by other processes during the run, in cores
     walls: list[float] = field(default_factory=list)  # every try when the run was repeated
 
-    def set_other_load(self, system_busy: float, ex: "MeasuredExecutor") -> None:
+    def set_other_load(self, system_busy: float, ex: MeasuredExecutor) -> None:
         """Machine busy time minus this run's (parent + workers, imports included), per second."""
         if system_busy > 0 and self.wall_s > 0:
             own = self.parent_cpu_s + (sum(ex.total_cpu.values()) if self.workers > 1 else 0.0)
@@ -453,10 +453,10 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
             if i == 0:  # warm-up
                 for _, analyses, cfg in cols[1:]:
                     run_analyses(head, analyses, cfg)
-            times["read q+k"].append(best(lambda: head_data(unit, read_file(unit.q_path), read_file(unit.k_path),
+            times["read q+k"].append(best(lambda: head_data(unit, read_file(unit.q_path), read_file(unit.k_path),  # noqa: B023 (called at once)
                                                             SAMPLED)))
             for name, analyses, cfg in cols[1:]:
-                times[name].append(best(lambda: run_analyses(head, analyses, cfg)))
+                times[name].append(best(lambda: run_analyses(head, analyses, cfg)))  # noqa: B023 (called at once)
         # as qkwh compute runs them: the k file read once per GQA group, and what the group's
         # heads compute from the keys alone shared (the time per head is the group's / its size)
         groups: dict[str, list] = {}
@@ -590,8 +590,8 @@ def exhaustive_blas_floor(heads: int, rows: int, out: Path, log, repeat: int = 3
                         np.matmul(kb[:, r0:r1], kb.transpose(0, 2, 1))
                 grams.append(gram)
             xs = [rng.standard_normal((c, d)) for c in q_counts]
-            timed = ([lambda: [x.T @ x for x in xs]], trmm, grams)
-            for (name, times), calls in zip(parts.items(), timed):
+            timed = ([lambda: [x.T @ x for x in xs]], trmm, grams)  # noqa: B023 (called in this pass)
+            for (_name, times), calls in zip(parts.items(), timed):
                 times.append(1e3 * sum(_fastest(fn, repeat) for fn in calls))
     return {name: statistics.median(v) for name, v in parts.items()}
 
@@ -662,9 +662,8 @@ def machine() -> dict:
 
     blas = "unknown"
     try:
+        import scipy.linalg  # (loads scipy's own BLAS, which the analyses use too)
         import threadpoolctl  # optional
-
-        import scipy.linalg  # noqa: F401 (loads scipy's own BLAS, which the analyses use too)
 
         info = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
         if info:  # numpy's and scipy's wheels each bundle one

@@ -47,8 +47,20 @@ from pathlib import Path  # noqa: E402
 # Pool workers import this module too (spawn re-imports __main__): keep its top level to what a
 # compute worker imports anyway (bench/measure.py keeps DuckDB and ingest out of its top level).
 from measure import (  # noqa: E402
-    BENCH, FULL, RUNS, SAMPLED, SMALL_RUNS, ModelSpec, blas_floor, exhaustive_blas_floor, gemm_rate, loadavg,
-    machine, model_phases, profile_heads, scaling,
+    BENCH,
+    FULL,
+    RUNS,
+    SAMPLED,
+    SMALL_RUNS,
+    ModelSpec,
+    blas_floor,
+    exhaustive_blas_floor,
+    gemm_rate,
+    loadavg,
+    machine,
+    model_phases,
+    profile_heads,
+    scaling,
 )
 from report import machine_line, report, to_json  # noqa: E402
 

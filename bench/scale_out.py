@@ -37,7 +37,6 @@ import datetime as dt
 import hashlib
 import platform
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         f"**Machine:** {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Linux {platform.release()}; Python {platform.python_version()}, duckdb {duckdb.__version__}, "
         f"pyarrow {pa.__version__}, numpy {np.__version__}. Load average at the end: "
-        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.",
+        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.",
         "",
         f"**Heads:** {len(outcomes)} heads computed once (all three analyses, {a.rows:,} vectors per file, "
         f"d = {a.d}, 16 buckets), replicated to distinct keys: {rows_per_head:,} rows and "
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "is four times the last, up to the batch size (the runner's ramp), so small totals also pay "
         "for a few small batches; \"full batches\" counts only the batches of the full size.",
         "",
-        f"| batch (heads) | heads | batches | writer s | ms/head | ms/head in full batches | heads/s |",
+        "| batch (heads) | heads | batches | writer s | ms/head | ms/head in full batches | heads/s |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for b, secs, nb, ms, steady in ceiling:

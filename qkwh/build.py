@@ -23,9 +23,10 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from qkwh.errors import Interrupted, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR

@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -191,7 +191,7 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
     skipped = sum(o.skipped for o in outcomes)
     out.print(f"{len(outcomes) - len(failed) - skipped} ingested, {skipped} skipped unchanged, {len(failed)} failed")
     if failed:
-        codes = {o.error.exit_code for o in failed}
+        codes = {o.error.exit_code for o in failed}  # type: ignore[union-attr]
         error = QkwhError(f"{len(failed)} of {len(outcomes)} source(s) failed (listed above); the others were ingested")
         error.exit_code = codes.pop() if len(codes) == 1 else 1
         raise error
@@ -458,10 +458,9 @@ def compute(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from qkwh import store
     from qkwh.compute.runner import compute as run
     from qkwh.config import load_execution, load_run_config
-
-    from qkwh import store
 
     execution = load_execution(config)
     kind = executor or execution["executor"] or "pool"
@@ -555,7 +554,7 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
     config_ids = [cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.names())]
     con = store.connect(wh, read_only=True)
     try:
-        n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "
+        n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "  # type: ignore[index]
                         "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, config_id))",
                         [models or None, config_ids]).fetchone()[0]
     finally:
@@ -805,7 +804,7 @@ def synth(
     from qkwh.errors import InputError, did_you_mean
     from qkwh.synth import SYNTH_KNOBS, write_dataset
 
-    planted: dict[str, float] = {}
+    planted: dict[str, Any] = {}
     for item in set_ or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -999,7 +998,7 @@ def export(
     if not names and not legacy:
         raise InputError("name at least one table or mart, or pass --legacy")
     wh = _existing_warehouse(warehouse)
-    written = list(run(wh, list(names), fmt, out_dir)) if names else []
+    written = list(run(wh, list(names), fmt, out_dir)) if names else []  # type: ignore[arg-type]
     if legacy:
         written += export_legacy(wh, out_dir, model)
     for p in written:

@@ -79,6 +79,7 @@ def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path,
     from qkwh.sniffed.hub import download, parse_hub_source
 
     hub = parse_hub_source(source)
+    assert hub is not None  # an hf:// source
     root = download(hub, cache_dir=cache_dir)
     return Path(root), {"source_kind": "hub", "repo_id": hub.repo_id, "revision": hub.revision,
                         "names": [hub.revision]}
@@ -149,7 +150,7 @@ def resolve_facts(
             findings.append(Finding("warning", None, "registry_mismatch",
                                     f"bucket size: metadata says {meta_m}, registry says {entry.bucket_size}; using registry"))
     else:
-        bucket_size = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")
+        bucket_size = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")  # type: ignore[assignment]
         bucket_rule = "metadata"
         if bucket_size is None:
             bucket_size, bucket_rule = infer_bucket_size(stats), "data"
@@ -164,7 +165,7 @@ def resolve_facts(
     if entry is not None and entry.context_length:
         l_ctx, rule = entry.context_length, "registry"
     elif meta.get_int("tokenizer_max_length", "max_length"):
-        l_ctx, rule = meta.get_int("tokenizer_max_length", "max_length"), "metadata"
+        l_ctx, rule = meta.get_int("tokenizer_max_length", "max_length"), "metadata"  # type: ignore[assignment]
     elif bucket_rule == "metadata" and strategy != "log_uniform":
         l_ctx, rule = (max_bucket + 1) * bucket_size, "metadata_buckets"
     else:
@@ -261,14 +262,14 @@ def ingest(
         branch = _remote_branch(source)
         layout: Layout = branch.layout()
         meta = branch.metadata()
-        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()
+        read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()  # noqa: E731
         origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
                   "revision": branch.source.revision, "names": [branch.source.revision],
                   "root": branch.commit_uri}
     else:
         root, origin = resolve_source(source, cache_dir=cache_dir)
         layout = scan(root)
-        meta = read_metadata(layout.root)
+        meta = read_metadata(layout.root)  # type: ignore[arg-type]  # a local layout's root is a Path
         read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
@@ -379,6 +380,7 @@ def _cataloged_commit(con: duckdb.DuckDBPyConnection, source: str, *, remote: bo
     from qkwh.sniffed.hub import parse_hub_source
 
     hub = parse_hub_source(source)
+    assert hub is not None  # an hf:// source
     row = con.execute("SELECT root_path FROM models WHERE repo_id = ? AND revision = ? AND source_kind = ?",
                       [hub.repo_id, hub.revision, "hub_remote" if remote else "hub"]).fetchone()
     if row is None:
@@ -508,7 +510,7 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
         repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
         n_files=len(stats), n_rows=report.n_rows,
         metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,
-        ingested_at=dt.datetime.now(dt.timezone.utc).replace(tzinfo=None),
+        ingested_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
     )
     import pyarrow as pa
 
@@ -627,9 +629,9 @@ def remove(model_id: str, *, warehouse: str | Path | None = None,
         seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
         tables = [t for t in store.tables_with_column(con, "model_id") if t not in seeds]
         if confirm is not None:
-            rows = {t: con.execute(f"SELECT count(*) FROM {store.quote_ident(t)} WHERE model_id = ?",
+            rows = {t: con.execute(f"SELECT count(*) FROM {store.quote_ident(t)} WHERE model_id = ?",  # type: ignore[index]
                                    [model_id]).fetchone()[0] for t in tables}
-            heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs "
+            heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs "  # type: ignore[index]
                                 "WHERE model_id = ?)", [model_id]).fetchone()[0]
             confirm(RemovalPlan(model_id, {t: n for t, n in rows.items() if n}, heads))
         with store.transaction(con):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from qkwh.paths import REGISTRY_CSV
 
@@ -50,7 +51,7 @@ _INT = {"num_layers", "num_q_heads", "num_kv_heads", "head_dim", "gqa_ratio", "c
 _FLOAT = {"params_b", "rope_theta"}
 
 
-def _parse(name: str, raw: str) -> object:
+def _parse(name: str, raw: str) -> Any:
     raw = raw.strip()
     if raw == "":
         return None

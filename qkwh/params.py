@@ -62,7 +62,7 @@ class RunConfig:
         except ValueError:
             raise AttributeError(f"RunConfig has no attribute or analysis {name!r}") from None
 
-    def resolved(self) -> "RunConfig":
+    def resolved(self) -> RunConfig:
         """This config with its own section for every registered analysis (a worker process,
         which may not know an analysis registered at run time, needs nothing else)."""
         return dataclasses.replace(self, params=tuple(self._sections().items()))
@@ -91,7 +91,7 @@ class RunConfig:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         """Build from a nested mapping and validate; unknown keys raise ``ValueError`` naming the key."""
         data = dict(data or {})
         reg = _registry()
@@ -116,7 +116,7 @@ class RunConfig:
         cfg.validate()
         return cfg
 
-    def with_overrides(self, overrides: dict[str, Any]) -> "RunConfig":
+    def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
         """Apply dotted overrides such as ``{"plasticity.cov_mode": "diag", "seed": 3}``.
 
         String values are converted to the type of the field they replace.

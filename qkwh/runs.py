@@ -52,7 +52,7 @@ def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     except duckdb.BinderException:  # run_config without `name`: opened read-only, never migrated
         raise QkwhError("this warehouse was written by an older qkwh: open it once for writing (e.g. "
                         "`qkwh build`, or `qkwh compute`) to migrate it, then retry") from None
-    return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]
+    return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]  # type: ignore[misc]
 
 
 def _existing(warehouse: str | Path | None) -> Path:
@@ -132,7 +132,7 @@ def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
         if missing or not hits:
             raise NotFoundError(f"no heads of parameter set {ref!r} in "
                                 f"{', '.join(missing) if missing else 'the warehouse'}")
-        now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.transaction(con):
             con.executemany(store.load_sql("set_current_config"), [[m, a, c, now] for m, a, c in hits])
         return hits
@@ -157,7 +157,7 @@ def drop_plan(con: duckdb.DuckDBPyConnection, ref: str, models: list[str] | None
     counts: dict[str, int] = {}
     for analysis, cid in ids.items():
         for table in (*registry.get(analysis).table_names, "head_runs"):
-            n = con.execute(f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "
+            n = con.execute(f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "  # type: ignore[index]
                             "AND (? IS NULL OR list_contains(?, model_id))",
                             [cid, models or None, models or None]).fetchone()[0]
             counts[table] = counts.get(table, 0) + n

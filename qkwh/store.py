@@ -449,5 +449,5 @@ def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> 
 
 def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str]) -> dict[str, int]:
     """Delete a model's rows from ``tables``; returns the rows deleted per table."""
-    return {table: con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]
+    return {table: con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]  # type: ignore[index]
             for table in tables}

@@ -35,9 +35,10 @@ per context), which tilts a towards that plane.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -230,7 +231,7 @@ def sample_vectors(
     rope_amplitudes: np.ndarray,
     rope_phase_sd: float,
     noise_sd: float,
-    dtype: np.dtype = np.float32,
+    dtype: np.dtype | type = np.float32,
 ) -> np.ndarray:
     """Vectors of one kind at the given positions (the generative model in the module docstring).
 
@@ -288,7 +289,7 @@ def make_head(
     layer: int = 0,
     q_head: int = 0,
     k_head: int = 0,
-    dtype: np.dtype = np.float32,
+    dtype: np.dtype | type = np.float32,
 ) -> tuple[HeadData, PlantedTruth]:
     """Draw one synthetic head and return it with its planted truth.
 
@@ -326,7 +327,7 @@ def make_head(
         s, se, sb = t.copy(), te.copy(), tb.copy()
     else:
         s, se, sb = sample_positions(rng, n_k, **layout)
-    common = dict(frame=frame, position_centre=centre, rope_frequencies=freqs, rope_amplitudes=amps,
+    common: dict[str, Any] = dict(frame=frame, position_centre=centre, rope_frequencies=freqs, rope_amplitudes=amps,
                   rope_phase_sd=rope_phase_sd, noise_sd=noise_sd, dtype=dtype)
     mu_q_b, mu_k_b = mu_b + separation / 2.0, mu_b - separation / 2.0
     aq, ak = alpha_q * drift_scale, alpha_k * drift_scale
@@ -451,7 +452,7 @@ def write_dataset(
         if not (0 <= layer < n_layers and 0 <= h < n_q_heads):
             raise ValueError(f"head (layer={layer}, q_head={h}) outside {n_layers} layers x {n_q_heads} heads")
 
-    defaults = {name: make_head.__kwdefaults__[name] for name in allowed}
+    defaults = {name: make_head.__kwdefaults__[name] for name in allowed}  # type: ignore[index]
     p = {**defaults, **planted_kwargs}
     freqs, amps = _split_planes(p["rope_planes"], context_length)
     centre = (context_length - 1) / 2.0

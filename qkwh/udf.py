@@ -141,7 +141,7 @@ def _structs(results: list[AnalysisResult | None], analysis: Analysis, typ: pa.S
             values = pa.StructArray.from_arrays(fields, fields=list(row_type))
             children.append(pa.ListArray.from_arrays(pa.array(offsets), values).cast(f.type))
         else:  # a column of the one-row-per-head table
-            parts = [_rows_of(r, per_head) for r in results]
+            parts = [_rows_of(r, per_head) for r in results]  # type: ignore[arg-type]
             children.append(pa.concat_arrays([_to_arrow(cols.get(f.name), 1, f.type) if n else pa.nulls(1, f.type)
                                                for cols, n in parts]))
     mask = pa.array([r is None for r in results], type=pa.bool_())
@@ -186,5 +186,5 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
             con.remove_function(analysis.udf_name)
         except Exception:  # not registered yet
             pass
-        con.create_function(analysis.udf_name, _function(analysis, config, _arrow_type(ret)), [HEAD_STRUCT], ret,
+        con.create_function(analysis.udf_name, _function(analysis, config, _arrow_type(ret)), [HEAD_STRUCT], ret,  # type: ignore[call-overload]
                             type="arrow", side_effects=False)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench  # runs a benchmark script end to end
+
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'qkwh[ray]'; make test installs it)")
 
 REPO = Path(__file__).resolve().parents[1]

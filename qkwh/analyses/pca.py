@@ -43,7 +43,7 @@ def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
             "mean_q": nan, "mean_k": nan, "var_q": nan, "var_k": nan,
         },
     )
-    res.add("pca_heads", _heads_row(mom, **{c: np.nan for c in _HEAD_FLOATS}))
+    res.add("pca_heads", _heads_row(mom, **dict.fromkeys(_HEAD_FLOATS, np.nan)))
     return res
 
 

@@ -93,7 +93,7 @@ _ks_summary = ks_summary
 # block sizes passed to the bucket estimators at each call (tests shrink them to force blocking)
 _GRAM_BLOCK = GRAM_BLOCK
 _HEAT_DENSE_MAX = HEAT_DENSE_MAX
-__all__ = [  # noqa: F822 (re-exports)
+__all__ = [  # with re-exports
     "BucketEstimate",
     "EmpiricalEstimate",
     "HeatmapAccumulator",
@@ -285,7 +285,7 @@ def _q_diagnostics(
 
 
 def _nan_diagnostics() -> dict[str, float]:
-    return {c: math.nan for c in _DIAG_COLUMNS}
+    return dict.fromkeys(_DIAG_COLUMNS, math.nan)
 
 
 def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
@@ -424,8 +424,8 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
                 mean_rot, reflect_symmetric(qm.bucket_scatter[bi] * flip, v), int(bcount[bi]), tau, pos_model,
                 params.cov_mode, params.eps, offset=qbar_rot,
             )
-        kw = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
-                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,
+        kw: dict[str, Any] = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
+                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,  # type: ignore[index]
                   gram_block=_GRAM_BLOCK, heat_dense_max=_HEAT_DENSE_MAX)
         if params.pairs == "exhaustive":
             est = exhaustive_bucket(Kr, k_pos, counts, model, rows=elig, **kw)

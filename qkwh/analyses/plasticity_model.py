@@ -205,7 +205,7 @@ class PositionalModel:
     sigma2_pos: float
 
     @classmethod
-    def fit(cls, t: np.ndarray, x0: np.ndarray, beta_norm: float) -> "PositionalModel":
+    def fit(cls, t: np.ndarray, x0: np.ndarray, beta_norm: float) -> PositionalModel:
         """From positions ``t`` (n,) and rotated coordinate 0 ``x0`` (n,), slope ``||beta||``."""
         n = len(t)
         if n == 0:
@@ -330,7 +330,7 @@ def query_model_from_moments(
             if np.isfinite(pos.sigma2_pos) and pos.sigma2_pos > 0:
                 chol = _upper_cholesky(S)
         else:
-            cov = np.diagonal(scatter)[1:] / (n - 1) + eps
+            cov = np.diagonal(scatter)[1:] / (n - 1) + eps  # type: ignore[arg-type]  # given for diag
     else:
         raise ValueError(f"cov_mode must be one of full, diag, global_diag; got {cov_mode!r}")
     return QueryModel(

@@ -176,7 +176,7 @@ class BucketEstimate:
     mean_abs_z: float
     exact: bool
     heat: HeatmapAccumulator | None
-    empirical: "EmpiricalEstimate | None" = None
+    empirical: EmpiricalEstimate | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,7 +159,7 @@ def _orient_towards(v: np.ndarray, target: np.ndarray) -> np.ndarray:
     return v if proj > 0 else -v
 
 
-def _omega_fit(fy: np.ndarray, f1: np.ndarray, f2: np.ndarray, n: int, syy: float) -> tuple[np.ndarray]:
+def _omega_fit(fy: np.ndarray, f1: np.ndarray, f2: np.ndarray, n: int, syy: float) -> np.ndarray:
     """R²(ω) of y ≈ c0 + c1 cos ωτ + c2 sin ωτ from Fourier sums.
 
     See docs/metrics/rotation.md#omega-is-the-drift-a-slow-rotation.
@@ -369,8 +369,8 @@ def analyse(
     if stats.cheb_order(2.0 * float(omegas[-1]) * 0.5 * (hi - lo)) <= 1024:
         cheb = stats.ChebyshevBasis(tau, 2.0 * float(omegas[-1]), interval=(lo, hi))
         # one pass over the rows for both grids; ut[0] = 1, so Σ e^{-2iωτ} needs only the ones
-        moments, ones = cheb.moments_and_ones(ut.T, cheb.order_for(omegas), cheb.order)
-        sums = cheb.from_moments(moments, omegas)  # (G, 2 + 2P) at ω
+        cheb_moments, ones = cheb.moments_and_ones(ut.T, cheb.order_for(omegas), cheb.order)
+        sums = cheb.from_moments(cheb_moments, omegas)  # (G, 2 + 2P) at ω
         f2 = cheb.from_moments(ones, 2.0 * omegas)  # Σ e^{-2iωτ}
     else:  # huge ω·L (bucket_size of a few tokens): direct sums, slow but exact
         sums = stats.nudft(tau, ut.T, omegas, origin=0.5 * (lo + hi))

@@ -32,8 +32,8 @@ from qkwh.analyses.moments import (
     complement_basis,
     head_moments,
     key_moments,
-    query_moments,
     orient_largest_positive,
+    query_moments,
     validate_head,
 )
 

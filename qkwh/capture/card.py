@@ -6,7 +6,8 @@ Its ``- `key`: `value``` lines are the metadata the sniffer's cards carry, which
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from qkwh.capture.parts import FinalFile
 

@@ -18,9 +18,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from qkwh.errors import InputError
 

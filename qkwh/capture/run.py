@@ -17,16 +17,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from qkwh.capture import parts as P
 from qkwh.capture.card import render_card
 from qkwh.capture.model import DTYPES, resolve
-from qkwh.capture.sampling import HeadSelection, SamplerSpec, keep_mask, select_heads, stored_example_id
+from qkwh.capture.sampling import (
+    HeadSelection,
+    SamplerSpec,
+    keep_mask,
+    select_heads,
+    stored_example_id,
+)
 from qkwh.capture.sources import HUB_PREFIX, TextSource, open_source
 from qkwh.errors import InputError, MissingExtraError
 from qkwh.sniffed.writer import atomic_write_bytes, write_saver_state
@@ -64,7 +71,7 @@ class CaptureSettings:
     id_column: str | None = None
     subset: str | None = None
 
-    def normalised(self) -> "CaptureSettings":
+    def normalised(self) -> CaptureSettings:
         """Local paths made absolute, so the same capture is recognised from any directory."""
         def norm(s: str) -> str:
             return s if s.startswith(HUB_PREFIX) or not Path(s).expanduser().exists() else str(Path(s).expanduser().resolve())

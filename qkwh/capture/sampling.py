@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -15,9 +15,10 @@ without an id column the row index is the id.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from qkwh.capture.sampling import normalize_example_id
 from qkwh.errors import InputError, MissingExtraError

@@ -170,7 +170,7 @@ class RayExecutor:
 
                 raise QkwhError(f"cannot start or join Ray at {where or 'a new local cluster'}: "
                                 f"{str(exc).splitlines()[0]}") from None
-        env = {var: "1" for var in _BLAS_VARS}
+        env = dict.fromkeys(_BLAS_VARS, "1")
         for var in ("HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET"):
             if os.environ.get(var):
                 env[var] = os.environ[var]

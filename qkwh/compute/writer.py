@@ -36,7 +36,6 @@ from qkwh.params import RunConfig
 from qkwh.paths import SCHEMA_SQL
 
 
-
 def __getattr__(name: str):
     """``ANALYSIS_TABLES``: analysis -> its output tables, read from the analysis registry."""
     if name == "ANALYSIS_TABLES":
@@ -51,7 +50,7 @@ _RUN_COLUMNS = ("model_id", "layer", "q_head", "analysis", "config_id", "input_f
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
 def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids: dict[str, str],

@@ -23,13 +23,15 @@ import colorsys
 import hashlib
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import altair as alt
 import duckdb
 import pyarrow as pa
 
+_T = TypeVar("_T")
 
 class NoData(Exception):
     """A figure has nothing to draw; the message says why (shown in the report)."""
@@ -300,7 +302,7 @@ def pick(rows: Iterable[dict[str, Any]], *cols: str) -> list[dict[str, Any]]:
     return [{c: r.get(c) for c in cols} for r in rows]
 
 
-def require(rows: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+def require(rows: list[_T], what: str) -> list[_T]:
     """``rows`` if any, else NoData naming what is missing."""
     if not rows:
         raise NoData(what)
@@ -342,8 +344,8 @@ def shades(color: str, n: int) -> list[str]:
     if n <= 1:
         return [color] * n
     rgb = tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    h, l, s = colorsys.rgb_to_hls(*rgb)
-    lo, hi = max(0.18, l - 0.22), min(0.74, l + 0.2)
+    h, light, s = colorsys.rgb_to_hls(*rgb)
+    lo, hi = max(0.18, light - 0.22), min(0.74, light + 0.2)
     return [_hex(colorsys.hls_to_rgb(h, lo + (hi - lo) * i / (n - 1), s)) for i in range(n)]
 
 

@@ -11,7 +11,8 @@ caption and tooltip say why.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import altair as alt
 

@@ -44,7 +44,7 @@ def comparison(marts: Marts) -> Drawn:
             continue
         ratio = ours / pub
         # our value's interval on the ratio axis, where model_metric_ci has the same metric
-        iv = ci.fields(r["model_id"], r["metric"], lambda v, pub=pub: _pin(v / pub))
+        iv = ci.fields(r["model_id"], r["metric"], lambda v, pub=pub: _pin(v / pub))  # type: ignore[misc]
         tol = (r.get("tolerance") or 0) / abs(pub)
         state = ("within tolerance" if r.get("within_tolerance")
                  else "outside tolerance" if r.get("within_tolerance") is not None else "no tolerance")

@@ -26,10 +26,11 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import altair as alt
 import duckdb
@@ -300,7 +301,7 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
     built: list[tuple[FigureDef, str, str | None, dict[str, Any], str]] = []
     skipped: list[SkippedFigure] = []
     for fig in catalogue:
-        targets: Iterable[str | None] = marts.models if fig.per_model else [None]
+        targets: Iterable[str | None] = marts.models if fig.per_model else [None]  # type: ignore[list-item]
         for model_id in targets:
             fid = f"{fig.key}-{slug(model_id)}" if model_id else fig.key
             marts.notes.clear()
@@ -478,7 +479,7 @@ def _js_bundle() -> str:
             return text
     except OSError:
         pass
-    text = vlc.javascript_bundle(vl_version=VL_VERSION)
+    text = vlc.javascript_bundle(vl_version=VL_VERSION)  # type: ignore[call-arg]  # snippet is optional
     try:
         root.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")

@@ -14,10 +14,10 @@ from qkwh.reports.base import (
     NoData,
     finite,
     head_tooltip,
-    pick,
     model_look,
     model_sort,
     model_tooltip,
+    pick,
     require,
     table_of,
 )

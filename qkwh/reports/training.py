@@ -37,7 +37,7 @@ def _label(marts: Marts, rows: list[dict[str, Any]]) -> None:
         by_family.setdefault(r.get("family") or "", []).append(r["model_id"])
     cut = {}
     for fam, ids in by_family.items():
-        pre = os.path.commonprefix(ids) if len(ids) > 1 else ""
+        pre = os.path.commonprefix(ids) if len(ids) > 1 else ""  # noqa: RUF071 (cut at a '-' below)
         cut[fam] = pre[: pre.rfind("-") + 1] if "-" in pre else ""
     for r in rows:
         fam = r.get("family") or ""
@@ -95,7 +95,7 @@ def rotation_trajectory(marts: Marts) -> Drawn:
                          "q25": q[0] * k if q[0] is not None else None,
                          "q50": q[1] * k, "q75": q[2] * k if q[2] is not None else None,
                          "mean": mean * k if mean is not None else None,
-                         **ci.fields(r["model_id"], col, lambda v, k=k: v * k)})
+                         **ci.fields(r["model_id"], col, lambda v, k=k: v * k)})  # type: ignore[misc]
     if not data:
         raise NoData("training_trajectory has no rotation quartiles")
     base = alt.Chart().encode(x=_x(rows))
@@ -140,7 +140,7 @@ def bias_decomposition(marts: Marts) -> Drawn:
             if r.get(col) is not None:
                 rel = r.get(f"rel_change_{col}")
                 data.append({**{c: r[c] for c in KEYS}, "quantity": label, "value": r[col] * k,
-                             "rel": rel, **ci.fields(r["model_id"], col, lambda v, k=k: v * k)})
+                             "rel": rel, **ci.fields(r["model_id"], col, lambda v, k=k: v * k)})  # type: ignore[misc]
     base = alt.Chart().encode(x=_x(rows))
     y = alt.Y("value:Q", title="mean over heads", scale=alt.Scale(zero=False))
     line = base.mark_line(color="#888", strokeWidth=1.5).encode(y=y)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,6 @@ import pyarrow as pa
 from qkwh.errors import MissingFilesError
 from qkwh.reports.base import Marts, NoData, head_label
 from qkwh.store import missing_files_message
-
 
 _SET_COLUMN = {"pca_axes": "config_id_pca", "rotation_axes": "config_id_rotation"}
 
@@ -66,7 +66,7 @@ def heads_with_axes(marts: Marts, table: str, model_id: str, axes: Sequence[str]
         f"WHERE model_id = ? AND list_contains(?::VARCHAR[], axis){cond} "
         "GROUP BY layer, q_head HAVING count(DISTINCT axis) = ? ORDER BY layer, q_head",
         [model_id, list(axes), *args, len(set(axes))]).fetchall()
-    return [Head(int(l), int(q), int(k)) for l, q, k in rows]
+    return [Head(int(layer), int(q), int(k)) for layer, q, k in rows]
 
 
 def complement_axes(marts: Marts, model_id: str, head: Head) -> list[int]:
@@ -153,7 +153,7 @@ def project(marts: Marts, model_id: str, head: Head, axes: dict[str, np.ndarray]
         if X.shape[0] == 0:
             continue
         d = X.shape[1]
-        for name, ax in dims:
+        for _name, ax in dims:
             if axes[ax].shape[0] != d:
                 raise NoData(f"{model_id} {head.label}: axis {ax} has {axes[ax].shape[0]} dims, vectors {d}")
         Y = X - axes["mean"] if center else X

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from qkwh.errors import InputError, NotFoundError, QkwhError
@@ -169,7 +170,7 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or hf_constants.ENDPOINT).rstrip("/")
 
 
-def _not_found(source: HubSource, error: BaseException) -> HubNotFoundError | None:
+def _not_found(source: HubSource, error: BaseException | None) -> HubNotFoundError | None:
     """The one-line error for a repo or branch the Hub does not have (None for other errors)."""
     from huggingface_hub import errors as hf_errors
 
@@ -276,7 +277,7 @@ def _quiet_tqdm_class() -> type:
     """A huggingface_hub tqdm that never displays (huggingface_hub is imported lazily)."""
     from huggingface_hub.utils import tqdm as hf_tqdm
 
-    class QuietTqdm(hf_tqdm):  # type: ignore[misc, valid-type]
+    class QuietTqdm(hf_tqdm):
         def __init__(self, *args, **kwargs):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
@@ -309,7 +310,7 @@ def download(
     where = f"{source.repo_type} {source.repo_id}"
     incomplete_snapshot = getattr(hf_errors, "IncompleteSnapshotError", None)
 
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         repo_id=source.repo_id,
         repo_type=source.repo_type,
         revision=source.revision,
@@ -349,7 +350,7 @@ def download(
         try:
             folder = Path(huggingface_hub.snapshot_download(**kwargs))
         except (hf_errors.RevisionNotFoundError, hf_errors.RepositoryNotFoundError) as error:
-            raise _not_found(source, error) from error
+            raise _not_found(source, error) from error  # type: ignore[misc]  # not None for these two
         except _network_errors() as error:
             # Covers "Hub unreachable and nothing cached" (LocalEntryNotFoundError), a cached
             # snapshot that is incomplete, a connection cut or server error during the transfer.

@@ -26,7 +26,7 @@ class DatasetMetadata:
             if value in (None, ""):
                 continue
             try:
-                return int(float(value))
+                return int(float(value))  # type: ignore[arg-type]  # None skipped above
             except (TypeError, ValueError):
                 continue
         return None

@@ -42,7 +42,7 @@ class FileData:
         return int(self.vectors.shape[1])
 
 
-def check_schema(path: Path, schema: pa.Schema) -> str:
+def check_schema(path: Path | str, schema: pa.Schema) -> str:
     """Validate column names and types; return the vector column's kind."""
     names = set(schema.names)
     missing = [c for c in REQUIRED if c not in names]
@@ -122,7 +122,7 @@ def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | B
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"{path}: cannot decode parquet data ({_first_line(exc)}); the file may be truncated") from None
     ints = {c: table.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False) for c in INT_COLUMNS}
-    for c, arr in ints.items():
+    for c in ints:
         if table.column(c).null_count:
             raise InputError(f"{path}: column {c} has {table.column(c).null_count} null value(s)")
     vectors = np.empty((table.num_rows, 0), dtype=np.float32)
@@ -139,7 +139,7 @@ def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | B
     return FileData(path, vectors, ints["position"], ints["example_id"], ints["bucket"], sw, kind)
 
 
-def vectors_to_numpy(path: Path, column: pa.ChunkedArray) -> np.ndarray:
+def vectors_to_numpy(path: Path | str, column: pa.ChunkedArray) -> np.ndarray:
     """(n, d) float32 array from a (fixed-size) list column; ragged rows raise InputError."""
     arr = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     n = len(arr)

@@ -95,16 +95,17 @@ class RemoteBranch:
 
     def file_stats(self, f: SniffedFile) -> FileStats:
         """Statistics of one file from its footer and integer columns (the vectors are not read)."""
-        info = self.infos[f.path]
+        uri = cast(str, f.path)  # a remote branch's files are hf:// URIs
+        info = self.infos[uri]
         # two ranged reads: the footer (kept by the read-ahead cache for read_file's own look at
         # it), then the integer columns; never the vectors
-        with open_file(f.path, size=info["size"], fs=self.fs, block_size=INGEST_BLOCK) as fh:
+        with open_file(uri, size=info["size"], fs=self.fs, block_size=INGEST_BLOCK) as fh:
             try:
                 meta = pq.ParquetFile(fh).metadata
             except Exception:  # noqa: BLE001 - unreadable: read_file says why, as for a local file
                 meta = None
             data = read_file(f.path, content=fh, with_vectors=False)  # the same checks as a local file
-            d = footer_vector_length(f.path, meta)
+            d = footer_vector_length(uri, meta)
         return stats_of(f, data, size=int(info["size"]), fingerprint=remote_fingerprint(info), n_nonfinite=0, d=d)
 
     def scan_files(self, *, workers: int = 8) -> list[FileStats]:

@@ -112,11 +112,11 @@ def scan_files(layout: Layout, *, workers: int | None = None,
     """Read every file of ``layout`` with ``stats``; raise :class:`InputError` on the first unusable one."""
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        stats = list(pool.map(stats, layout.files))
-    for s in stats:
+        results = list(pool.map(stats, layout.files))
+    for s in results:
         if s.n_nonfinite:
             raise InputError(f"{s.file.path}: {s.n_nonfinite} NaN/Inf value(s) in column vector")
-    return stats
+    return results
 
 
 def expected_bucket(position: np.ndarray, bucket_size: int, strategy: str) -> np.ndarray:

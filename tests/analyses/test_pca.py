@@ -52,7 +52,7 @@ def positional():
 # PCA core
 # ---------------------------------------------------------------------------------------------
 def test_explained_variance_matches_numpy_eigenvalues(positional) -> None:
-    head, _, comps, row, ref = positional
+    _, _, comps, row, ref = positional
     assert_array_equal(comps["pc"], np.arange(10))
     assert_allclose(comps["explained_variance_ratio"], ref["evr"], rtol=1e-10)
     assert comps["explained_variance_ratio"].sum() <= 1.0
@@ -62,7 +62,7 @@ def test_explained_variance_matches_numpy_eigenvalues(positional) -> None:
 
 
 def test_correlations_and_canonical_signs(positional) -> None:
-    head, _, comps, _, ref = positional
+    _, _, comps, _, ref = positional
     # same |r| as the row-level reference; the sign follows the canonicalisation rule
     assert_allclose(np.abs(comps["r_q"]), np.abs(ref["r_q"]), rtol=1e-9, atol=1e-12)
     assert_allclose(np.abs(comps["r_k"]), np.abs(ref["r_k"]), rtol=1e-9, atol=1e-12)
@@ -86,7 +86,7 @@ def test_p_values_match_scipy(positional) -> None:
 
 
 def test_means_variances_and_head_summaries(positional) -> None:
-    head, _, comps, row, ref = positional
+    _, _, comps, row, ref = positional
     sigma = np.where(comps["sign_flipped"], -1.0, 1.0)
     zq, zk = ref["zq"] * sigma, ref["zk"] * sigma
     assert_allclose(comps["mean_q"], zq.mean(axis=0), atol=1e-10)
@@ -217,7 +217,7 @@ def test_small_and_malformed_input_raise() -> None:
 
 def test_n_components_capped_by_d_and_params() -> None:
     head, _ = _head(seed=9, n_q=100, n_k=100, d=6, rope_planes=())
-    comps, row = _run(head)
+    comps, _row = _run(head)
     assert len(comps["pc"]) == 6
     assert_allclose(comps["explained_variance_ratio"].sum(), 1.0, rtol=1e-12)  # all of d kept
     comps3, _ = _run(head, PCAParams(n_components=3))

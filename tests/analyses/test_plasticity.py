@@ -505,7 +505,7 @@ def test_enumerate_and_sample_pairs():
 # end-to-end against the naive reference
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "cov_mode,eligibility,window",
+    ("cov_mode", "eligibility", "window"),
     [("full", "position", None), ("diag", "position", None), ("global_diag", "position", None),
      ("full", "strict_bucket", None), ("full", "position", 300), ("diag", "strict_bucket", 500)],
 )
@@ -933,7 +933,7 @@ def test_embedded_sample_real_heads():
     heads = real_heads(root)[:2]
     assert heads, "embedded sample has no q/k head pair"
     for layer, q_head in heads:
-        hs, he, z = sampled_vs_exhaustive(load_real_head(root, layer, q_head))
+        _hs, he, z = sampled_vs_exhaustive(load_real_head(root, layer, q_head))
         assert 0.25 < he["ap_overall"] < 0.9
         assert np.all(np.abs(z) < 4.5), z
         assert np.isfinite([he[f"decile_{k}"] for k in range(10)]).all()

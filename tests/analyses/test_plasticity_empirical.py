@@ -18,8 +18,15 @@ from qkwh.analyses import plasticity as pl
 from qkwh.analyses.types import HeadData
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_plasticity import (  # noqa: E402  (shared generators of the plasticity tests)
-    REPO, head_summary, load_real_head, make_head, random_orthogonal, real_heads, run, with_vectors,
+from test_plasticity import (  # (shared generators of the plasticity tests)
+    REPO,
+    head_summary,
+    load_real_head,
+    make_head,
+    random_orthogonal,
+    real_heads,
+    run,
+    with_vectors,
 )
 
 
@@ -70,6 +77,7 @@ def test_exhaustive_equals_naive_count_synthetic(eligibility):
     assert_allclose(got["ap_bucket_empirical"], naive_empirical(head, eligibility), rtol=1e-13, equal_nan=True)
 
 
+@pytest.mark.slow
 def test_exhaustive_equals_naive_count_on_real_capture():
     """The embedded sample is a real capture (SmolLM2-135M): every admissible pair of every bucket."""
     root = REPO / "warehouse" / "sample" / "smollm2-135m"

@@ -72,7 +72,7 @@ def test_planted_axes_recovered(planted) -> None:
 
 def test_planted_parameters_recovered(planted) -> None:
     """Planted values within ~4 sampling s.d. (measured over 20 seeds at n = 4000; here n = 8000)."""
-    head, truth, row, _, _ = planted
+    _, truth, row, _, _ = planted
     assert_allclose(row["alpha_k"], truth.alpha_k, rtol=0.03)
     assert_allclose(row["alpha_q"], truth.alpha_q, rtol=0.05)
     assert_allclose(row["mu_q_a"], truth.mu_q_a, rtol=0.04)
@@ -187,7 +187,7 @@ def test_separation_strength_per_pairing_matches_its_definition() -> None:
         # b is the top eigenvector of P_a C_δ P_a
         a = axes["vec"][0]
         p = np.eye(a.size) - np.outer(a, a)
-        w, v = np.linalg.eigh(p @ c @ p)
+        _w, v = np.linalg.eigh(p @ c @ p)
         assert abs(v[:, -1] @ b) > 1 - 1e-10
         values[pairing] = row["separation_strength"]
     values["independent"] = _run(head)[0]["separation_strength"]
@@ -389,24 +389,25 @@ from qkwh.analyses import pca, rotation
 head, _ = synth.make_head(np.random.default_rng(0), n_q=8000, n_k=8000, d=128, n_examples=500,
                           context_length=131072, bucket_size=8192, alpha_q=5e-5, alpha_k=1e-4)
 best = 1e9
-for _ in range(5):
-    t0 = time.perf_counter()
+for _ in range(5):  # CPU time of this process: other load on the machine does not count
+    t0 = time.process_time()
     pca.analyse(head)
     rotation.analyse(head)
-    best = min(best, time.perf_counter() - t0)
+    best = min(best, time.process_time() - t0)
 print(best)
 """
 
 
+@pytest.mark.bench
 def test_per_head_time_production_size() -> None:
-    """n_q = n_k = 8000, d = 128 on one core: PCA + rotation well under 0.5 s (~40-60 ms idle)."""
+    """n_q = n_k = 8000, d = 128 on one core: PCA + rotation well under 0.5 s of CPU (~40-60 ms)."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", _TIMING_SCRIPT], env=env, capture_output=True, text=True,
-                         check=True, timeout=120)
+                         check=True, timeout=600)
     best = float(out.stdout.strip().splitlines()[-1])
     assert best < 0.5, f"{best * 1e3:.0f} ms per head"
 

@@ -115,7 +115,7 @@ def test_positions_follow_the_masks_shared_by_the_heads_of_a_layer(llama_capture
             np.testing.assert_array_equal(data.position[data.example_id == stored], want)
         np.testing.assert_array_equal(data.bucket, data.position // 16)
         by_layer_kind.setdefault((f.layer, f.kind), []).append((data.example_id, data.position))
-    for (layer, kind), files in by_layer_kind.items():
+    for files in by_layer_kind.values():
         for ex, pos in files[1:]:  # every head of a layer and kind: the same rows
             np.testing.assert_array_equal(ex, files[0][0])
             np.testing.assert_array_equal(pos, files[0][1])
@@ -209,7 +209,7 @@ def test_hub_dataset_source_uses_split_and_columns(tiny_models, tmp_path, monkey
     calls = []
 
     class FakeDataset(list):
-        column_names = ["uid", "body", "other"]
+        column_names = ("uid", "body", "other")
 
     def load_dataset(name, subset, split, revision):
         calls.append((name, subset, split, revision))
@@ -239,6 +239,7 @@ def test_log_uniform_capture_passes_ingest(tiny_models, docs, tmp_path):
     assert read_metadata(out).metadata["sampling_min_bucket_size"] == 8
 
 
+@pytest.mark.slow
 def test_hub_id_loads_from_the_local_cache_without_network(tiny_models, docs, tmp_path):
     cache = tmp_path / "hf-cache"
     commit = "0123456789abcdef0123456789abcdef01234567"
@@ -262,7 +263,7 @@ def test_hub_id_loads_from_the_local_cache_without_network(tiny_models, docs, tm
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("case, extra, message", [
+@pytest.mark.parametrize(("case", "extra", "message"), [
     ("missing model", {"model": "/no/such/model"}, "/no/such/model: no such model folder"),
     ("not a gguf", {"model": "DOCS"}, "a model file must be a .gguf file"),
     ("empty jsonl", {"texts": "EMPTY"}, "no documents to capture"),
@@ -299,6 +300,7 @@ def test_output_folder_guards(tiny_models, docs, llama_capture, tmp_path):
     assert tree_bytes(llama_capture) == before
 
 
+@pytest.mark.slow
 def test_killed_capture_resumes_to_the_same_bytes(tiny_models, tmp_path):
     """kill -9 while the capture waits for its third document (a FIFO nobody writes yet): two part
     files are kept, no final file exists, and the same command then finishes the capture with

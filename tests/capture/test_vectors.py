@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from capture_helpers import need_capture_extra
 
 need_capture_extra()
@@ -124,6 +123,7 @@ def test_pre_rope_projection_is_not_what_is_stored(tiny_models, docs, tmp_path):
     np.testing.assert_allclose(data.vectors[row], rope(raw, pos, 500.0), rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.slow  # captures a sliding-window model
 def test_sliding_window_layers_skipped_by_default(tiny_models, docs, tmp_path):
     out = tmp_path / "cap"
     capture(CaptureSettings(model=str(tiny_models["sliding"]), texts=(str(docs),), max_length=MAX_LEN,
@@ -136,6 +136,7 @@ def test_sliding_window_layers_skipped_by_default(tiny_models, docs, tmp_path):
     assert "skipped layers: 1." in (out / "README.md").read_text()
 
 
+@pytest.mark.slow  # captures a sliding-window model
 def test_sliding_window_layer_recorded_with_its_window(tiny_models, docs, tmp_path):
     out = tmp_path / "cap"
     capture(CaptureSettings(model=str(tiny_models["sliding"]), texts=(str(docs),), max_length=MAX_LEN,

@@ -176,7 +176,7 @@ def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
     assert r.exit_code == 2 and "--format must be table, csv or json" in r.stderr
 
 
-@pytest.mark.parametrize("param, message", [
+@pytest.mark.parametrize(("param", "message"), [
     ("rotation.t_active=-1", "rotation.t_active must be in [0, 1]; got -1.0"),
     ("rotation.t_active=1.5", "rotation.t_active must be in [0, 1]; got 1.5"),
     ("rotation.max_pairs=0", "rotation.max_pairs must be a positive integer; got 0"),
@@ -208,9 +208,9 @@ def test_boundary_values_are_accepted():
                                       "plasticity.eps": "0", "plasticity.var_floor": "0",
                                       "plasticity.p_alpha": "0.999", "rotation.max_pairs": "1"})
     assert cfg.rotation.t_active == 0.0 and cfg.pca.sign_threshold == 1.0 and cfg.plasticity.eps == 0.0
-    with pytest.raises(ValueError, match="plasticity.orientation must be true or false"):
+    with pytest.raises(ValueError, match=r"plasticity\.orientation must be true or false"):
         RunConfig.from_dict({"plasticity": {"orientation": "yes"}})
-    with pytest.raises(ValueError, match="rotation.max_pairs must be a positive integer; got 2.5"):
+    with pytest.raises(ValueError, match=r"rotation\.max_pairs must be a positive integer; got 2\.5"):
         RunConfig.from_dict({"rotation": {"max_pairs": 2.5}})
 
 

@@ -152,14 +152,17 @@ def _foreign_duckdb_file(warehouse, tmp_path):
 
 def _locked(warehouse, tmp_path):
     db, _ = warehouse
+    # the holder keeps the warehouse open until its stdin closes (no time limit: no race on a slow machine)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys, time; con = duckdb.connect(sys.argv[1]); "
-         "print('holding', flush=True); time.sleep(120)", str(db)],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-c", "import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
+         "print('holding', flush=True); sys.stdin.read()", str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
-        results = [cli(*args, "-w", str(db)) for args in (["compute", "-j", "1"], ["sql", "SELECT 1"],
-                                                          ["remove", MODEL, "--yes"])]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
+            results = [cli(*args, "-w", str(db)) for args in (["compute", "-j", "1"], ["sql", "SELECT 1"],
+                                                              ["remove", MODEL, "--yes"])]
     finally:
         holder.kill()
         holder.wait()

@@ -59,7 +59,7 @@ def test_every_table_is_filled_for_every_head(computed: Path):
     con = store.connect(computed, read_only=True)
     per_head = {t: con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0]
                 for t in RESULT_TABLES}
-    assert per_head == {t: N_HEADS for t in RESULT_TABLES}
+    assert per_head == dict.fromkeys(RESULT_TABLES, N_HEADS)
     assert con.execute("SELECT count(*) FROM pca_components").fetchone()[0] == N_HEADS * 10
     assert con.execute("SELECT count(*) FROM plasticity_buckets").fetchone()[0] == N_HEADS * 16
     assert con.execute("SELECT count(*) FROM plasticity_components").fetchone()[0] == N_HEADS * 64
@@ -238,6 +238,7 @@ def test_sql_functions_equal_the_bulk_path(computed: Path):
     con.close()
 
 
+@pytest.mark.slow
 def test_full_shared_fixture(shared_fixture: Path, tmp_path: Path):
     db = tmp_path / "fixture.duckdb"
     ingest(str(shared_fixture), warehouse=db)

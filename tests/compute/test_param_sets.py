@@ -5,7 +5,6 @@ flagged, stale marts told, old warehouses migrated with their rows."""
 from __future__ import annotations
 
 import re
-
 import shutil
 from pathlib import Path
 
@@ -112,7 +111,7 @@ def test_keep_current_computes_beside_the_current_set(two_sets: Path, tmp_path: 
 def test_use_and_drop(two_sets: Path, tmp_path: Path):
     db = _copy(two_sets, tmp_path)
     con = store.connect(db, read_only=True)
-    base, s1 = resolve(con, "base"), resolve(con, "s1")
+    base = resolve(con, "base")
     assert resolve(con, base["pca"][:6]) == {"pca": base["pca"]}  # a unique prefix
     con.close()
     with pytest.raises(NotFoundError, match="no parameter set 'nope'"):
@@ -143,6 +142,7 @@ def test_runs_diff_lists_the_parameters_that_differ(two_sets: Path):
     assert "seed" in r.stdout and "plasticity.cov_mode" not in r.stdout
 
 
+@pytest.mark.slow  # five dbt builds
 def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: Path, tmp_path: Path):
     """Marts of set s1 (current) equal those of a warehouse that only ever held s1; `runs use base`
     makes them stale (status, sql, report say so); rebuilt, they equal a warehouse holding only
@@ -186,6 +186,7 @@ def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: 
     con.close()
 
 
+@pytest.mark.slow  # two dbt builds and a report
 def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     """A compute with new parameters interrupted after its first batch: the new set is current
     but covers only some heads; status, report and model_summary say so."""

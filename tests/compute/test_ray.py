@@ -72,6 +72,7 @@ def pool_results(model, tmp_path_factory) -> dict:
     return results(db)
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "ray")
     r = runner.invoke(app, ["compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster.address])
@@ -82,6 +83,7 @@ def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, 
     assert len(cluster.list_all_nodes()) == 2
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_ray_workers_stream_a_remote_branch_from_the_hub(cluster, model, pool_results, tmp_path, monkeypatch):
     """A branch cataloged with --remote, computed on the cluster: workers fetch their own files
     (HF_ENDPOINT reaches them through the task's runtime env) and write the pool's tables."""
@@ -121,6 +123,7 @@ def _ray_task_pids() -> list[int]:
             and "IDLE" not in line]
 
 
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "killed")
     outcome: dict = {}
@@ -154,33 +157,63 @@ def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(clu
                  for t in RESULT_TABLES}
     finally:
         con.close()
-    assert dup == 0 and heads == {t: N_HEADS for t in RESULT_TABLES}
+    assert dup == 0 and heads == dict.fromkeys(RESULT_TABLES, N_HEADS)
     assert results(db) == pool_results
 
 
-def _marked_sleep(item: tuple[str, int, float]) -> int:
-    """Test task: mark the start, sleep, mark the end."""
-    folder, i, seconds = item
-    Path(folder, f"start-{i}").touch()
-    time.sleep(seconds)
+def _marked_task(item: tuple[str, int]) -> int:
+    """Test task: mark the start (with the worker's pid); task 0 returns at once, the others wait
+    for the file ``release`` (which the test creates only when it is done), then mark the end."""
+    folder, i = item
+    Path(folder, f"start-{i}").write_text(str(os.getpid()))
+    if i > 0:
+        deadline = time.monotonic() + 600  # a bound, so that a leaked task cannot run forever
+        while not Path(folder, "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     Path(folder, f"end-{i}").touch()
     return i
 
 
+class _Submissions:
+    """Wraps the executor's Ray task: keeps the reference of every task submitted."""
+
+    def __init__(self, task):
+        self.task, self.refs = task, []
+
+    def remote(self, *args):
+        ref = self.task.remote(*args)
+        self.refs.append(ref)
+        return ref
+
+
+def _interrupt_after_first_result(ex: RayExecutor, items: list, got: list) -> None:
+    for value in ex.map_unordered(_marked_task, items):
+        got.append(value)
+        raise KeyboardInterrupt  # what Ctrl-C does in the parent
+
+
+@pytest.mark.slow  # a 2-node Ray cluster
 def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path):
+    """Tasks 1.. never finish on their own (they wait for a file), so no timing decides the
+    outcome: every task submitted after the first must end cancelled, none may have finished."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
-    slow = 4.0
-    items = [(str(tmp_path), 0, 0.1)] + [(str(tmp_path), i, slow) for i in range(1, 8)]
+    items = [(str(tmp_path), i) for i in range(8)]
     ex = RayExecutor(cluster.address, in_flight=2)
+    submitted = ex._task = _Submissions(ex._task)
     try:
-        got = []
+        got: list[int] = []
         with pytest.raises(KeyboardInterrupt):
-            for value in ex.map_unordered(_marked_sleep, items):
-                got.append(value)
-                raise KeyboardInterrupt  # what Ctrl-C does in the parent
-        time.sleep(slow + 1.5)  # a task left running would have finished by now
+            _interrupt_after_first_result(ex, items, got)
+        assert got == [0]
+        # items 0 and 1 went in first; item 2 replaced item 0 when it finished: nothing beyond the
+        # in-flight window was submitted
+        assert len(submitted.refs) == 3
+        assert ray.get(submitted.refs[0], timeout=120) == 0
+        for ref in submitted.refs[1:]:  # queued or running, each one was cancelled
+            with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+                ray.get(ref, timeout=120)  # a task left running would hold this to the timeout
     finally:
+        Path(tmp_path, "release").touch()  # frees any task a failure above left running
         ex.close()
-    assert got == [0]
     assert sorted(p.name for p in tmp_path.glob("end-*")) == ["end-0"]  # running and queued tasks stopped
-    assert len(list(tmp_path.glob("start-*"))) <= 3  # nothing beyond the in-flight window was submitted
+    assert len(list(tmp_path.glob("start-*"))) <= 3

@@ -16,6 +16,8 @@ from qkwh import store
 from qkwh.ingest import ingest
 from qkwh.synth import write_dataset
 
+pytestmark = pytest.mark.slow  # computes 64 heads in a subprocess
+
 N_HEADS = 64  # 4 layers x 16 query heads
 
 

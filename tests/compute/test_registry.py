@@ -131,8 +131,8 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
 def test_the_window_changes_what_plasticity_counts(windowed: Path):
     """The window reaches the analysis: without it the eligible keys differ (a function that
     dropped it, as the SQL path once did, would fail the test above)."""
-    from qkwh.compute.work import head_data, run_analyses
     from qkwh.compute.runner import load_units
+    from qkwh.compute.work import head_data, run_analyses
     from qkwh.sniffed.reader import read_file
 
     con = store.connect(windowed, read_only=True)
@@ -232,7 +232,7 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp
     assert report.failures == [] and report.n_written == N_HEADS - done
     con = store.connect(db, read_only=True)
     heads = con.execute("SELECT layer, q_head, n_rows, side, d_seen FROM toy_heads ORDER BY 1, 2").fetchall()
-    sizes = dict(((layer, h), n) for layer, h, n in con.execute("SELECT layer, q_head, n_q FROM heads").fetchall())
+    sizes = {(layer, h): n for layer, h, n in con.execute("SELECT layer, q_head, n_q FROM heads").fetchall()}
     assert [(layer, h, n) for layer, h, n, _, _ in heads] == [(layer, h, sizes[(layer, h)]) for layer, h in sorted(sizes)]
     assert {(s, d) for *_, s, d in heads} == {("q", 64)}
     # the bucket rows add up to the head's rows; the run is recorded with its parameters
@@ -347,7 +347,7 @@ def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
     with pytest.raises(ValueError, match="pca: parameters must be a PCAParams, not RotationParams"):
         udf.register(duckdb.connect(), wrong)
     odd = RunConfig(params=(("pca", PCAParams(sign_threshold="high")),))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="pca.sign_threshold must be a number"):
+    with pytest.raises(ValueError, match=r"pca\.sign_threshold must be a number"):
         odd.validate()
 
 

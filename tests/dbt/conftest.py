@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import pytest
-
 import interval_data
+import pytest
 import synthetic_marts as sm
+
 from qkwh import store
 from qkwh.build import BuildResult, build
 

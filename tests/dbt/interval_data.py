@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 import synthetic_marts as sm
 
 CI_VARS = {"n_boot": 200}  # dbt vars of the CI warehouse build

@@ -188,7 +188,7 @@ def model_rows(spec: ModelSpec) -> dict[str, list[dict]]:
     for idx, (layer, q_head) in enumerate(spec.heads):
         k_head = q_head // spec.gqa_ratio
         key = dict(model_id=spec.model_id, layer=layer, q_head=q_head, k_head=k_head)
-        t["heads"].append(dict(**{k: v for k, v in key.items()}, has_k_file=True, n_q=8000, n_k=8000))
+        t["heads"].append(dict(**dict(key.items()), has_k_file=True, n_q=8000, n_k=8000))
         # --- PCA: PC0 correlations cycle through the taxonomy cases
         r_q0, r_k0, _ = TAXONOMY_CASES[(idx + len(spec.model_id)) % len(TAXONOMY_CASES)]
         for pc in range(10):

@@ -6,17 +6,17 @@ not against the SQL that produced them.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import duckdb
 import pytest
-
 import synthetic_marts as sm
+
 from qkwh import build as build_mod
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
@@ -123,7 +123,8 @@ def test_a_warehouse_of_the_old_layout_is_migrated_on_build(synthetic_build, tmp
         con.close()
 
 
-def test_build_reports_a_locked_warehouse_in_one_line(tmp_path):
+def test_build_reports_a_locked_warehouse_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     wh = tmp_path / "locked.duckdb"
     duckdb.connect(str(wh)).close()
     holder = subprocess.Popen(
@@ -150,6 +151,7 @@ def test_build_of_a_missing_warehouse_is_not_found(tmp_path):
         build_mod.build(tmp_path / "nope.duckdb", target_dir=tmp_path / "target")
 
 
+@pytest.mark.slow  # a build of its own
 def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
     """Component weights of a head that no longer sum to 1 fail the invariant test, by name."""
     wh = tmp_path / "corrupt.duckdb"
@@ -271,7 +273,7 @@ def test_training_trajectory_orders_checkpoints(synthetic_build):
 def test_bias_decomposition_changes_between_consecutive_checkpoints(synthetic_build):
     rows = {r["model_id"]: r for r in synthetic_build.dicts("SELECT * FROM bias_decomposition")}
     assert set(rows) == set(SPECS)
-    for prev, cur in zip(SMOL, SMOL[1:]):
+    for prev, cur in itertools.pairwise(SMOL):
         r = rows[cur.model_id]
         e_prev, e_cur = sm.expected_bias(prev), sm.expected_bias(cur)
         assert r["previous_model_id"] == prev.model_id
@@ -304,7 +306,7 @@ def test_head_taxonomy_and_fractions(synthetic_build):
         "SELECT taxonomy, n_heads, n_total, fraction FROM taxonomy_fractions WHERE scope_kind = 'all'")
     assert len(fr) == 5
     counts = {}
-    for r_q, r_k, tax in rows:
+    for _r_q, _r_k, tax in rows:
         counts[tax] = counts.get(tax, 0) + 1
     for tax, n, total, frac in fr:
         assert n == counts.get(tax, 0) and total == len(rows) and close(frac, n / total)
@@ -432,6 +434,7 @@ def _same_rows(a: list[tuple], b: list[tuple]) -> bool:
     return True
 
 
+@pytest.mark.slow  # a second build of the synthetic warehouse
 def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extended_build):
     assert extended_build.result.success
     assert extended_build.notes["stg_models_rows_after_copy"] == len(sm.BASE_MODELS)
@@ -468,6 +471,7 @@ def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extende
 # ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # dbt docs generate
 def test_docs_generate_writes_a_static_page(synthetic_build, tmp_path):
     t0 = time.perf_counter()
     page = build_mod.docs_generate(synthetic_build.warehouse, target_dir=tmp_path / "target",

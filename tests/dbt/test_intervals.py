@@ -14,14 +14,13 @@ from __future__ import annotations
 import math
 import shutil
 
+import interval_data
 import numpy as np
 import pytest
+from interval_data import CI_VARS, SIM_BOOT, SIM_HEADS_PER_LAYER, SIM_LAYERS, SIM_MODELS
 from scipy import stats
 
-import interval_data
-from interval_data import CI_VARS, SIM_BOOT, SIM_HEADS_PER_LAYER, SIM_LAYERS, SIM_MODELS
 from qkwh.build import build
-
 
 # ------------------------------------------------------------------------------------------
 # simulation with a known truth

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from qkwh import store
 from qkwh.build import build
 from qkwh.compute.runner import compute
@@ -21,6 +23,7 @@ from qkwh.synth import write_dataset
 DRIFT = {"synth-flat": 0.2, "synth-mid": 0.7, "synth-steep": 1.5}
 
 
+@pytest.mark.slow  # three models ingested, computed and built
 def test_marts_rank_planted_plasticity_decay(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     for model_id, drift in DRIFT.items():

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.packaging  # builds a wheel and installs it into a new virtualenv
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = "qkwh/_data/"
 # what a working copy may hold that is not part of the package source

@@ -15,12 +15,14 @@ import shutil
 import socket
 from pathlib import Path
 
-import pytest
-
 import huggingface_hub.constants as hf_constants
+import pytest
 
 # conftest.py disables telemetry before the first import: no request may leave this machine
 assert hf_constants.HF_HUB_DISABLE_TELEMETRY, "huggingface_hub was imported with telemetry on"
+
+# tests/ has no __init__.py: pytest's default 'prepend' import mode puts tests/sniffed on sys.path.
+from hub_server import HubStandIn
 
 from qkwh.errors import InputError, NotFoundError, QkwhError
 from qkwh.sniffed.hub import (
@@ -32,9 +34,6 @@ from qkwh.sniffed.hub import (
     download,
     parse_hub_source,
 )
-
-# tests/ has no __init__.py: pytest's default 'prepend' import mode puts tests/sniffed on sys.path.
-from hub_server import HubStandIn
 
 REPO = "viktoroo/sniffed-qk"
 SAMPLE = Path(__file__).resolve().parents[2] / "warehouse" / "sample" / "smollm2-135m"
@@ -360,7 +359,7 @@ def test_parse_hub_source_ignores_local_paths(text):
     ],
 )
 def test_parse_hub_source_rejects_malformed(text, reason):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError) as info:  # noqa: PT011 (the message is checked below)
         parse_hub_source(text)
     message = str(info.value)
     assert repr(text) in message and reason in message

@@ -365,21 +365,22 @@ def test_hub_unreachable_with_nothing_cached(db: Path, tmp_path: Path, monkeypat
     assert "cached" in line
 
 
-def test_second_process_holding_the_warehouse(db: Path, tmp_path: Path):
+def test_second_process_holding_the_warehouse(db: Path, tmp_path: Path, monkeypatch):
     before = snapshot(db)
+    monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     ready = tmp_path / "ready"
+    # the holder keeps the warehouse open until its stdin closes (killed below)
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import duckdb, pathlib, time
+        import duckdb, pathlib, sys
         con = duckdb.connect({str(db)!r})
         pathlib.Path({str(ready)!r}).write_text("x")
-        time.sleep(60)
-    """)])
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE)
     try:
-        for _ in range(200):
-            if ready.exists():
-                break
+        deadline = time.monotonic() + 300  # generous: the holder only has to import duckdb
+        while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ready.exists(), "holder process did not start"
+        assert ready.exists(), f"holder process did not open the warehouse (exit code {holder.poll()})"
         r = cli("ingest", str(SAMPLE), "-w", str(db))
         assert r.exit_code == 3, r.output
         assert "locked by another process" in r.stderr and str(db) in r.stderr

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from hub_server import HubStandIn
 from typer.testing import CliRunner
 
-from hub_server import HubStandIn
 from qkwh import store
 from qkwh.cli import app
 from tests.conftest import SAMPLE, snapshot

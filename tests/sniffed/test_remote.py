@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hub_server import HubStandIn
 from typer.testing import CliRunner
 
-from hub_server import HubStandIn
 from qkwh import store
 from qkwh.cli import app
 from qkwh.synth import write_dataset
@@ -110,9 +110,9 @@ def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, 
 
 def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(synth, hf_env, monkeypatch):
     from qkwh.sniffed.hub import parse_hub_source
+    from qkwh.sniffed.layout import scan
     from qkwh.sniffed.remote import open_branch
     from qkwh.sniffed.validate import scan_files
-    from qkwh.sniffed.layout import scan
 
     served = _files(synth)
     hub = _serve(monkeypatch, {BRANCH: served})
