@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out = a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     models = registry_models(a.models)
-    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     db, info = ensure_corpus(models, a)
     _log(f"corpus: {db} ({info['models']} models, {info['heads']} heads)")
     if a.prepare_only:

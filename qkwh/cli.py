@@ -8,7 +8,7 @@ import re
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -56,7 +56,7 @@ def _main(
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a terminal).")]
 
 WarehouseOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory)."),
 ]
 
@@ -80,7 +80,7 @@ def _friendly(fn):
     return wrapper
 
 
-def _existing_warehouse(warehouse: Optional[Path]) -> Path:
+def _existing_warehouse(warehouse: Path | None) -> Path:
     """The resolved warehouse file; NotFoundError (exit 4) when it does not exist, so commands
     that need data never create an empty one."""
     from qkwh import store
@@ -120,12 +120,12 @@ def _confirm(what: str, yes: bool) -> None:
 @_friendly
 def ingest(
     sources: Annotated[list[str], typer.Argument(help="Sniffed dataset folder(s), or hf://datasets/OWNER/NAME@BRANCH (several branches: list them, or --all-branches).")],
-    model_id: Annotated[Optional[str], typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.")] = None,
+    model_id: Annotated[str | None, typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.")] = None,
     remote: Annotated[bool, typer.Option("--remote", help="Catalog Hub branches in place: read the listing, metadata, parquet footers and integer columns over the network, store hf:// URIs; nothing is downloaded and compute workers stream their own files.")] = False,
     all_branches: Annotated[bool, typer.Option("--all-branches", help="Ingest every branch of each hf://datasets/OWNER/NAME given (one progress bar; branches whose commit is already cataloged are skipped).")] = False,
-    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
-    family: Annotated[Optional[str], typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).")] = None,
-    label: Annotated[Optional[str], typer.Option("--label", help="Display name of the model in reports and marts (default: the model id; one source only).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
+    family: Annotated[str | None, typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).")] = None,
+    label: Annotated[str | None, typer.Option("--label", help="Display name of the model in reports and marts (default: the model id; one source only).")] = None,
     yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -220,7 +220,7 @@ def models(warehouse: WarehouseOpt = None) -> None:
 @app.command()
 @_friendly
 def findings(
-    model_id: Annotated[Optional[str], typer.Argument(help="Only this model.")] = None,
+    model_id: Annotated[str | None, typer.Argument(help="Only this model.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Include info findings.")] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -433,16 +433,16 @@ def _split(values: list[str] | None) -> list[str] | None:
 @app.command()
 @_friendly
 def compute(
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
-    analyses: Annotated[Optional[str], typer.Option("--analyses", "-a", help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
+    analyses: Annotated[str | None, typer.Option("--analyses", "-a", help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
-    name: Annotated[Optional[str], typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
     keep_current: Annotated[bool, typer.Option("--keep-current", help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.")] = False,
-    executor: Annotated[Optional[str], typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.")] = None,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
+    executor: Annotated[str | None, typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
@@ -598,7 +598,7 @@ runs_app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(runs_app, name="runs")
-ModelsOpt = Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Only these models (repeat or comma-separate).")]
+ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="Only these models (repeat or comma-separate).")]
 
 
 def _param_summary(s) -> str:
@@ -653,7 +653,7 @@ def _runs_list(model, warehouse) -> None:
 def runs_use(
     ref: Annotated[str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")],
     model: ModelsOpt = None,
-    analysis: Annotated[Optional[list[str]], typer.Option("--analysis", "-a", help="Only these analyses (default: every analysis of the set).")] = None,
+    analysis: Annotated[list[str] | None, typer.Option("--analysis", "-a", help="Only these analyses (default: every analysis of the set).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Make a set the one the marts report, for every model holding it (or --model).  Then run
@@ -799,7 +799,7 @@ def synth(
     context_length: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     bucket_size: Annotated[int, typer.Option(help="Uniform bucket size in tokens.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).")] = None,
 ) -> None:
     from qkwh.errors import InputError, did_you_mean
     from qkwh.synth import SYNTH_KNOBS, write_dataset
@@ -836,21 +836,21 @@ def capture(
     model: Annotated[str, typer.Argument(help="A Hugging Face model folder, a Hub id OWNER/NAME (taken from the local cache when it is there), or a .gguf file.")],
     texts: Annotated[list[str], typer.Option("--texts", "-t", help="Documents, one per example: text files or folders of them, one JSONL or parquet file, or hf://datasets/OWNER/NAME\\[@REVISION] (repeatable).")],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write (sniffer layout); re-running the same command resumes an interrupted capture.")],
-    max_length: Annotated[Optional[int], typer.Option("--max-length", help="Tokens per document after truncation (default: the model's max_position_embeddings).")] = None,
-    bucket_size: Annotated[Optional[int], typer.Option("--bucket-size", help="Bucket size in tokens (default: max length / 16); must divide --max-length for uniform/all.")] = None,
+    max_length: Annotated[int | None, typer.Option("--max-length", help="Tokens per document after truncation (default: the model's max_position_embeddings).")] = None,
+    bucket_size: Annotated[int | None, typer.Option("--bucket-size", help="Bucket size in tokens (default: max length / 16); must divide --max-length for uniform/all.")] = None,
     sampler: Annotated[str, typer.Option("--sampler", help="uniform, log_uniform or all.")] = "uniform",
     base_rate: Annotated[float, typer.Option("--base-rate", help="Expected kept positions per bucket per document (uniform/log_uniform).")] = 1.0,
     heads: Annotated[int, typer.Option("--heads", help="Query heads to sample (all if the model has fewer).")] = 300,
     head_seed: Annotated[int, typer.Option("--head-seed", help="Seed of the head sample.")] = 0,
-    examples: Annotated[Optional[int], typer.Option("--examples", "-n", help="At most this many documents (default: all).")] = None,
+    examples: Annotated[int | None, typer.Option("--examples", "-n", help="At most this many documents (default: all).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help="float32 or bfloat16 weights and activations.")] = "float32",
     include_sliding: Annotated[bool, typer.Option("--include-sliding", help="Also sample heads of sliding-window layers (their files record the window); default: full-attention layers only.")] = False,
     split: Annotated[str, typer.Option("--split", help="Split of a hf://datasets/ source.")] = "train",
-    subset: Annotated[Optional[str], typer.Option("--subset", help="Configuration (subset) of a hf://datasets/ source.")] = None,
+    subset: Annotated[str | None, typer.Option("--subset", help="Configuration (subset) of a hf://datasets/ source.")] = None,
     text_column: Annotated[str, typer.Option("--text-column", help="Text field of a JSONL, parquet or Hub source.")] = "text",
-    id_column: Annotated[Optional[str], typer.Option("--id-column", help="Id field of a JSONL, parquet or Hub source (default: 'id' if present, else the row number).")] = None,
+    id_column: Annotated[str | None, typer.Option("--id-column", help="Id field of a JSONL, parquet or Hub source (default: 'id' if present, else the row number).")] = None,
     ingest_: Annotated[bool, typer.Option("--ingest", help="Register the capture in the warehouse when it is done.")] = False,
-    model_id: Annotated[Optional[str], typer.Option("--model-id", help="With --ingest: the model id (default: the --out folder's name).")] = None,
+    model_id: Annotated[str | None, typer.Option("--model-id", help="With --ingest: the model id (default: the --out folder's name).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Capture post-RoPE Q/K vectors of a local model into the sniffer layout.
@@ -909,7 +909,7 @@ def capture(
 @app.command()
 @_friendly
 def build(
-    select: Annotated[Optional[str], typer.Option("--select", "-s", help="dbt node selection (default: everything).")] = None,
+    select: Annotated[str | None, typer.Option("--select", "-s", help="dbt node selection (default: everything).")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run `dbt build` on the warehouse (marts and all their tests).
@@ -981,11 +981,11 @@ def docs(warehouse: WarehouseOpt = None) -> None:
 @app.command()
 @_friendly
 def export(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Tables, views or marts to export.")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="Tables, views or marts to export.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="parquet or csv.")] = "parquet",
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("export"),
     legacy: Annotated[bool, typer.Option("--legacy", help="Also write the per-head CSVs older tools read (head_metrics.csv, head_bucket_plasticity.csv, head_component_weights.csv, rotated.csv, qk.csv).")] = False,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="With --legacy: only this model.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="With --legacy: only this model.")] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Write tables or marts to parquet/CSV files (one file per name)."""
@@ -1010,7 +1010,7 @@ def export(
 def compare(
     model_a: Annotated[str, typer.Argument(help="First model id (A).")],
     model_b: Annotated[str, typer.Argument(help="Second model id (B).")],
-    metric: Annotated[Optional[list[str]], typer.Option("--metric", "-m", help="Only these metrics (repeat or comma-separate; default: every compared metric).")] = None,
+    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Only these metrics (repeat or comma-separate; default: every compared metric).")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -1061,8 +1061,8 @@ def compare(
 @app.command()
 @_friendly
 def report(
-    models: Annotated[Optional[list[str]], typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
+    models: Annotated[list[str] | None, typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
     build_first: Annotated[bool, typer.Option("--build", help="Rebuild the marts first when they are stale (older than the per-head results or the catalog).")] = False,
     static: Annotated[bool, typer.Option("--static", help="Also write a PNG and an SVG of every figure into figures/ (slower; the pages can save any figure as PNG or SVG too).")] = False,
     warehouse: WarehouseOpt = None,
@@ -1116,8 +1116,8 @@ def report(
 @app.command()
 @_friendly
 def demo(
-    warehouse: Annotated[Optional[Path], typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
-    out_dir: Annotated[Optional[Path], typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
+    warehouse: Annotated[Path | None, typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
 ) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 

@@ -127,14 +127,14 @@ def _resolve_names(con: duckdb.DuckDBPyConnection, names: list[str]) -> list[tup
     """Map requested names to (schema, relation) pairs: a relation of `main` (exact, else
     case-insensitive), else a staging view or intermediate table (bare or schema-qualified)."""
     available = store.table_names(con)
-    layer = dict(
-        (f"{schema}.{name}", (schema, name))
+    layer = {
+        f"{schema}.{name}": (schema, name)
         for schema, name in con.execute(
             "SELECT table_schema, table_name FROM information_schema.tables "
             "WHERE table_catalog = current_database() AND table_schema IN (?, ?) ORDER BY 2",
             list(_LAYER_SCHEMAS),
         ).fetchall()
-    )
+    }
     for schema, name in list(layer.values()):
         layer.setdefault(name, (schema, name))
     by_lower: dict[str, list[tuple[str, str]]] = {}

@@ -140,7 +140,7 @@ def start_build(con: duckdb.DuckDBPyConnection) -> str:
     writes record its id).  Builds an interrupted qkwh left running are closed first, and builds
     no table comes from any more are forgotten.  Returns the build id."""
     build_id = uuid.uuid4().hex
-    started = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    started = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     states = input_states(con)
     with store.transaction(con):
         con.execute("UPDATE mart_builds SET running = false WHERE running")

@@ -46,8 +46,11 @@ from typing import Any
 import numpy as np
 
 from qkwh.analyses.declared.plasticity import PlasticityParams
-from qkwh.analyses.moments import QueryMoments, query_moments
-from qkwh.analyses.moments import cap_rows  # re-exported: the cap is the caller's job
+from qkwh.analyses.moments import (
+    QueryMoments,
+    cap_rows,  # re-exported: the cap is the caller's job
+    query_moments,
+)
 from qkwh.analyses.normality import (  # noqa: F401 (_kstwo_sf_one: tests)
     _kstwo_sf_one,
     ks_norm_pvalues,

@@ -140,7 +140,7 @@ if tuple(PRECOMPUTE) != SHARED:  # pragma: no cover - the declarations name what
     raise ImportError("qkwh.analyses.declaration.SHARED must list the keys of PRECOMPUTE")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _resolve(ref: str) -> Callable[..., AnalysisResult]:
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)

@@ -222,7 +222,7 @@ def compute(
             try:
                 check_result_tables(con, wh, analyses)
                 units = load_units(con, models)
-                done = {(m, l, q, a, cid): fp for m, l, q, a, cid, fp in
+                done = {(m, layer, q, a, cid): fp for m, layer, q, a, cid, fp in
                         con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
                 catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
                 tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from qkwh.analyses.stats import cap_rows
-from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
+from qkwh.analyses.stats import cap_rows
+from qkwh.analyses.types import AnalysisResult, HeadData
+from qkwh.columns import as_arrow
 from qkwh.compute import precompute as pre
 from qkwh.compute.memory import keep_freed_memory
-from qkwh.compute.registry import Analysis
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
 from qkwh.sniffed.reader import FileData, read_file

@@ -4,8 +4,9 @@ intervals, Q/K collages)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import altair as alt
 
@@ -17,6 +18,7 @@ from qkwh.reports.base import (
     table_of,
 )
 from qkwh.reports.intervals import errorbar
+
 
 @dataclass(frozen=True)
 class Taxonomy:

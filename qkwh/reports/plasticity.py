@@ -23,7 +23,7 @@ from qkwh.reports.base import (
     token_axis,
 )
 from qkwh.reports.charts import depth_rows
-from qkwh.reports.intervals import Intervals, along, errorbar, point_marks, pct
+from qkwh.reports.intervals import Intervals, along, errorbar, pct, point_marks
 
 SECTION = "Plasticity"
 

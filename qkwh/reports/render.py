@@ -34,8 +34,8 @@ from typing import Any
 
 import altair as alt
 import duckdb
-from jsonschema.exceptions import best_match
 import vl_convert as vlc
+from jsonschema.exceptions import best_match
 
 from qkwh import __version__, store
 from qkwh.errors import NotFoundError, QkwhError
@@ -48,10 +48,10 @@ from qkwh.reports.base import (
     Marts,
     ModelInfo,
     NoData,
-    with_config,
     ordered_models,
     relations,
     slug,
+    with_config,
 )
 
 log = logging.getLogger("qkwh.reports")
@@ -523,7 +523,7 @@ class _Head:
 
     infos: Sequence[ModelInfo]
     warehouse: Path
-    generated: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).strftime(
+    generated: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime(
         "%Y-%m-%d %H:%M UTC"))
 
     def meta(self) -> str:

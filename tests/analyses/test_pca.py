@@ -12,8 +12,8 @@ from scipy import stats as sst
 
 from qkwh import synth
 from qkwh.analyses import pca, rotation, stats
-from qkwh.analyses.types import HeadData
 from qkwh.analyses.declared.pca import PCAParams
+from qkwh.analyses.types import HeadData
 
 
 def _head(seed: int = 0, **kw) -> tuple[HeadData, synth.PlantedTruth]:

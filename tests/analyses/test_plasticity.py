@@ -18,8 +18,8 @@ import scipy.stats as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from qkwh.analyses import plasticity as pl
-from qkwh.analyses.types import HeadData
 from qkwh.analyses.declared.plasticity import PlasticityParams
+from qkwh.analyses.types import HeadData
 from qkwh.params import pair_seed
 
 REPO = Path(__file__).resolve().parents[2]

@@ -141,7 +141,7 @@ def test_per_layer_type_parameters_and_multimodal_text_config():
     assert RF.nope_layers_from_config({"no_rope_layers": [1, 1, 0, 1, 0]}) == [2, 4]
 
 
-@pytest.mark.parametrize("cfg, field", [
+@pytest.mark.parametrize(("cfg", "field"), [
     ({"head_dim": 64, "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0,
                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
      "low_freq_factor"),

@@ -12,8 +12,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from qkwh import synth
 from qkwh.analyses import rotation, stats
-from qkwh.analyses.types import HeadData
 from qkwh.analyses.declared.rotation import RotationParams
+from qkwh.analyses.types import HeadData
 
 L_CTX, M = 8192, 512
 

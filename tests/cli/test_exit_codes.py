@@ -105,9 +105,7 @@ def _unknown_analysis(warehouse, tmp_path):
 
 
 def _missing_extra(warehouse, tmp_path):
-    import pytest as _pytest
-
-    with _pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "ray", None)  # `import ray` fails as when the extra is not installed
         r = cli("compute", "-w", str(warehouse[0]), "--executor", "ray", "--force")
     assert "pip install 'qkwh[ray]'" in r.stderr
@@ -232,7 +230,7 @@ def test_the_readme_table_lists_exactly_the_situations_walked_here():
     assert sorted(s for _, s in TABLE) == sorted(SITUATIONS)
 
 
-@pytest.mark.parametrize("code, situation", [(c, s) for c, s in TABLE if SITUATIONS.get(s)],
+@pytest.mark.parametrize(("code", "situation"), [(c, s) for c, s in TABLE if SITUATIONS.get(s)],
                          ids=[s for c, s in TABLE if SITUATIONS.get(s)])
 def test_each_situation_of_the_readme_table_exits_with_its_code(warehouse, tmp_path: Path, code: int,
                                                                  situation: str):

@@ -107,7 +107,7 @@ def test_sql_table_shows_six_significant_digits_csv_and_json_keep_all(warehouse)
 
 # --- unknown names get a "did you mean" ------------------------------------------------------
 
-@pytest.mark.parametrize("args, code, says", [
+@pytest.mark.parametrize(("args", "code", "says"), [
     (["compute", "-a", "pcaa"], 2, "unknown analysis 'pcaa' (did you mean 'pca'?)"),
     (["compute", "-m", MODEL + "x"], 4, f"no model '{MODEL}x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})"),
     (["findings", MODEL[:-1]], 4, f"(did you mean '{MODEL}'?)"),

@@ -184,7 +184,8 @@ def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path,
         children = _wait_for("two busy workers", busy, proc=proc)
         proc.kill()
         assert proc.wait(60) == -signal.SIGKILL  # killed while computing, not finished
-        survivors = lambda: [p for p, (start, _) in children.items() if _alive(p, start)]
+        def survivors():
+            return [p for p, (start, _) in children.items() if _alive(p, start)]
         try:
             _wait_for("the workers to end", lambda: not survivors(), timeout=60)
         except AssertionError:

@@ -23,10 +23,10 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh import store, udf
-from qkwh.analyses.types import AnalysisResult, HeadData
-from qkwh.cli import app
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis, Table
+from qkwh.analyses.types import AnalysisResult, HeadData
+from qkwh.cli import app
 from qkwh.compute import precompute
 from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
@@ -336,9 +336,9 @@ def test_run_config_sections_follow_the_registry():
 
 
 def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
-    from qkwh.errors import InputError
     from qkwh.analyses.declared.pca import PCAParams
     from qkwh.analyses.declared.rotation import RotationParams
+    from qkwh.errors import InputError
 
     with pytest.raises(InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"):
         compute(tmp_path / "never-opened.duckdb", config=RunConfig(max_tokens_per_head=0))

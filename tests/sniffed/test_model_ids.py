@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from qkwh import store
 from qkwh.cli import app
 from qkwh.errors import InputError
-from qkwh import store
 from qkwh.ids import MAX_LENGTH, case_collision, check_model_id, model_id_key, model_id_problem
 from qkwh.ingest import ingest
 from qkwh.models_csv import load_registry
