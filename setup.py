@@ -20,8 +20,17 @@ HERE = Path(__file__).resolve().parent
 # repository path -> the same path under qkwh/_data in the wheel
 BUNDLED = ("warehouse/schema.sql", "warehouse/sample", "configs", "dbt_project", "docs")
 # what dbt and local runs leave behind in a working copy
-SKIPPED = shutil.ignore_patterns("target", "logs", ".user.yml", "__pycache__", "*.pyc",
-                                 "*.duckdb", "*.duckdb.*", "dbt_packages", "*.dbt")
+SKIPPED = shutil.ignore_patterns(
+    "target",
+    "logs",
+    ".user.yml",
+    "__pycache__",
+    "*.pyc",
+    "*.duckdb",
+    "*.duckdb.*",
+    "dbt_packages",
+    "*.dbt",
+)
 
 
 class BuildPyWithData(build_py):

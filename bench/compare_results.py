@@ -40,28 +40,36 @@ def result_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
            WHERE c.table_schema = 'main' AND t.table_type = 'BASE TABLE'
            GROUP BY table_name
            HAVING bool_or(column_name = 'config_id') AND bool_or(column_name = 'q_head')
-           ORDER BY 1""").fetchall()
+           ORDER BY 1"""
+    ).fetchall()
     return [r[0] for r in rows]
 
 
 def schemas(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
     rows = con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-        "AND table_type = 'BASE TABLE' ORDER BY 1").fetchall()
+        "AND table_type = 'BASE TABLE' ORDER BY 1"
+    ).fetchall()
     return {t: [tuple(r) for r in con.execute(f'DESCRIBE "{t}"').fetchall()] for (t,) in rows}
 
 
 def sorted_rows(con: duckdb.DuckDBPyConnection, table: str) -> pa.Table:
     cols = con.execute(
         "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'main' "
-        "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall()
+        "AND table_name = ? ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
     keep = [(c, t) for c, t in cols if c not in SKIP.get(table, ()) and c != "config_id"]
-    order = [c for c, t in keep if t.upper() not in ("DOUBLE", "FLOAT", "REAL") and not t.endswith("]")]
+    order = [
+        c for c, t in keep if t.upper() not in ("DOUBLE", "FLOAT", "REAL") and not t.endswith("]")
+    ]
     select = ", ".join(f'x."{c}"' for c, _ in keep)
-    order_by = ", ".join(['rc.analysis', 'rc.params_json', *(f'x."{c}"' for c in order)])
+    order_by = ", ".join(["rc.analysis", "rc.params_json", *(f'x."{c}"' for c in order)])
     analysis = "x.analysis" if table == "head_runs" else "rc.analysis"
-    sql = (f'SELECT {analysis} AS _analysis, rc.params_json AS _params, {select} FROM "{table}" x '
-           f"JOIN run_config rc USING (config_id) ORDER BY {order_by}")
+    sql = (
+        f'SELECT {analysis} AS _analysis, rc.params_json AS _params, {select} FROM "{table}" x '
+        f"JOIN run_config rc USING (config_id) ORDER BY {order_by}"
+    )
     return con.sql(sql).to_arrow_table()
 
 
@@ -76,11 +84,19 @@ def column_diff(a: pa.ChunkedArray, b: pa.ChunkedArray) -> int | None:
     if a.type != b.type:
         return 0
     a, b = a.combine_chunks(), b.combine_chunks()
-    if pa.types.is_list(a.type) or pa.types.is_large_list(a.type) or pa.types.is_fixed_size_list(a.type):
+    if (
+        pa.types.is_list(a.type)
+        or pa.types.is_large_list(a.type)
+        or pa.types.is_fixed_size_list(a.type)
+    ):
         if a.is_null().to_pylist() != b.is_null().to_pylist():
             return _first(np.array(a.is_null()) != np.array(b.is_null()))
         for i, (x, y) in enumerate(zip(a, b)):
-            if x.is_valid and column_diff(pa.chunked_array([x.values]), pa.chunked_array([y.values])) is not None:
+            if (
+                x.is_valid
+                and column_diff(pa.chunked_array([x.values]), pa.chunked_array([y.values]))
+                is not None
+            ):
                 return i
         return None
     na, nb = np.array(a.is_null()), np.array(b.is_null())
@@ -104,7 +120,10 @@ def _first(mask: np.ndarray) -> int:
 def compare(old: Path, new: Path, export: Path | None = None) -> list[str]:
     """Differences between the results of ``old`` and ``new`` (empty when identical)."""
     problems: list[str] = []
-    with duckdb.connect(str(old), read_only=True) as a, duckdb.connect(str(new), read_only=True) as b:
+    with (
+        duckdb.connect(str(old), read_only=True) as a,
+        duckdb.connect(str(new), read_only=True) as b,
+    ):
         sa, sb = schemas(a), schemas(b)
         for t in sorted(set(sa) | set(sb)):
             if sa.get(t) != sb.get(t):
@@ -112,10 +131,16 @@ def compare(old: Path, new: Path, export: Path | None = None) -> list[str]:
         ta, tb = result_tables(a), result_tables(b)
         if ta != tb:
             problems.append(f"result tables differ: {ta} != {tb}")
-        codes = {c for con in (a, b) for (c,) in con.execute("SELECT DISTINCT code_version FROM run_config").fetchall()}
+        codes = {
+            c
+            for con in (a, b)
+            for (c,) in con.execute("SELECT DISTINCT code_version FROM run_config").fetchall()
+        }
         if len(codes) > 1:
-            print(f"note: code versions differ ({', '.join(sorted(codes))}), so config_ids may too; "
-                  "rows are matched by analysis and params_json")
+            print(
+                f"note: code versions differ ({', '.join(sorted(codes))}), so config_ids may too; "
+                "rows are matched by analysis and params_json"
+            )
         for t in ta:
             if t not in tb:
                 continue
@@ -134,8 +159,10 @@ def compare(old: Path, new: Path, export: Path | None = None) -> list[str]:
                 i = column_diff(ra.column(name), rb.column(name))
                 if i is not None:
                     head = {k: ra.column(k)[i].as_py() for k in HEAD}
-                    bad.append(f"{name} (first at row {i}, {head}: {ra.column(name)[i].as_py()!r} != "
-                               f"{rb.column(name)[i].as_py()!r})")
+                    bad.append(
+                        f"{name} (first at row {i}, {head}: {ra.column(name)[i].as_py()!r} != "
+                        f"{rb.column(name)[i].as_py()!r})"
+                    )
             if bad:
                 problems.append(f"{t}: {'; '.join(bad)}")
             else:

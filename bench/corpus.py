@@ -46,13 +46,21 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
 #: compute parameters of the corpus: fast (the marts' size does not depend on them)
-FAST = {"rotation.max_pairs": "8", "rotation.omega_grid": "128", "plasticity.num_pairs_per_bucket": "128"}
+FAST = {
+    "rotation.max_pairs": "8",
+    "rotation.omega_grid": "128",
+    "plasticity.num_pairs_per_bucket": "128",
+}
 
 
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="3 models x 12 heads, 300 vectors (smoke run)")
-    p.add_argument("--models", type=int, default=None, help="first N registry models (default: all 23)")
+    p.add_argument(
+        "--quick", action="store_true", help="3 models x 12 heads, 300 vectors (smoke run)"
+    )
+    p.add_argument(
+        "--models", type=int, default=None, help="first N registry models (default: all 23)"
+    )
     p.add_argument("--heads", type=int, default=300, help="query heads per model")
     p.add_argument("--rows", type=int, default=1000, help="vectors per q and k file")
     p.add_argument("--examples", type=int, default=100, help="source examples per model")
@@ -60,13 +68,26 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="compute workers")
     p.add_argument("--repeat", type=int, default=1, help="timed report runs; the fastest counts")
     p.add_argument("--no-static", action="store_true", help="skip the timed `--static` run")
-    p.add_argument("--prepare-only", action="store_true", help="make (or find) the corpus, time nothing")
-    p.add_argument("--out", type=Path, default=OUT, help="scratch folder (cached corpus, report folders)")
-    p.add_argument("--md", type=Path, default=None,
-                   help="write the report here (default: bench/corpus_results.md; --quick: OUT/corpus-quick.md)")
+    p.add_argument(
+        "--prepare-only", action="store_true", help="make (or find) the corpus, time nothing"
+    )
+    p.add_argument(
+        "--out", type=Path, default=OUT, help="scratch folder (cached corpus, report folders)"
+    )
+    p.add_argument(
+        "--md",
+        type=Path,
+        default=None,
+        help="write the report here (default: bench/corpus_results.md; --quick: OUT/corpus-quick.md)",
+    )
     a = p.parse_args(argv)
     if a.quick:
-        a.models, a.heads, a.rows, a.examples = a.models or 3, min(a.heads, 12), min(a.rows, 300), 20
+        a.models, a.heads, a.rows, a.examples = (
+            a.models or 3,
+            min(a.heads, 12),
+            min(a.rows, 300),
+            20,
+        )
     a.md = a.md or (a.out / "corpus-quick.md" if a.quick else BENCH / "corpus_results.md")
     return a
 
@@ -94,8 +115,12 @@ def _layers(text: str) -> set[int]:
 def head_draw(entry: dict[str, str], n: int, seed: int) -> list[tuple[int, int]]:
     """``n`` (layer, q_head) pairs drawn with random.Random: cross-attention layers left out."""
     skip = _layers(entry["cross_attention_layers"])
-    pool = [(layer, h) for layer in range(int(entry["num_layers"])) if layer not in skip
-            for h in range(int(entry["num_q_heads"]))]
+    pool = [
+        (layer, h)
+        for layer in range(int(entry["num_layers"]))
+        if layer not in skip
+        for h in range(int(entry["num_q_heads"]))
+    ]
     return sorted(random.Random(f"{seed}:{entry['model_id']}").sample(pool, min(n, len(pool))))
 
 
@@ -103,7 +128,11 @@ def corpus_key(models: list[dict[str, str]], a: argparse.Namespace) -> str:
     h = hashlib.sha256()
     for path in (REPO / "qkwh" / "synth.py", REPO / "configs" / "models.csv"):
         h.update(path.read_bytes())
-    h.update(json.dumps([[m["model_id"] for m in models], a.heads, a.rows, a.examples, a.seed, FAST]).encode())
+    h.update(
+        json.dumps(
+            [[m["model_id"] for m in models], a.heads, a.rows, a.examples, a.seed, FAST]
+        ).encode()
+    )
     return f"m{len(models)}-h{a.heads}-r{a.rows}-{h.hexdigest()[:10]}"
 
 
@@ -127,20 +156,34 @@ def ensure_corpus(models: list[dict[str, str]], a: argparse.Namespace) -> tuple[
     for i, m in enumerate(models):
         sel = head_draw(m, a.heads, a.seed)
         heads += len(sel)
-        _log(f"[{i + 1}/{len(models)}] {m['model_id']}: {len(sel)} heads of {m['num_layers']} layers x "
-             f"{m['num_q_heads']} q heads, d = {m['head_dim']}")
+        _log(
+            f"[{i + 1}/{len(models)}] {m['model_id']}: {len(sel)} heads of {m['num_layers']} layers x "
+            f"{m['num_q_heads']} q heads, d = {m['head_dim']}"
+        )
         t0 = time.perf_counter()
-        data = write_dataset(root / "data" / m["model_id"], model_name=f"synthetic/{m['model_id']}",
-                             n_layers=int(m["num_layers"]), n_q_heads=int(m["num_q_heads"]),
-                             n_kv_heads=int(m["num_kv_heads"]), heads=sel, d=int(m["head_dim"]),
-                             rows_per_file=a.rows, n_examples=a.examples,
-                             context_length=int(m["context_length"]), bucket_size=int(m["bucket_size"]),
-                             seed=a.seed * 1000 + i, param_jitter=0.15, layer_drift_decay=0.5 * (i % 4))
+        data = write_dataset(
+            root / "data" / m["model_id"],
+            model_name=f"synthetic/{m['model_id']}",
+            n_layers=int(m["num_layers"]),
+            n_q_heads=int(m["num_q_heads"]),
+            n_kv_heads=int(m["num_kv_heads"]),
+            heads=sel,
+            d=int(m["head_dim"]),
+            rows_per_file=a.rows,
+            n_examples=a.examples,
+            context_length=int(m["context_length"]),
+            bucket_size=int(m["bucket_size"]),
+            seed=a.seed * 1000 + i,
+            param_jitter=0.15,
+            layer_drift_decay=0.5 * (i % 4),
+        )
         t1 = time.perf_counter()
         ingest(str(data), warehouse=db, model_id=m["model_id"])
         times["synth_s"] += t1 - t0
         times["ingest_s"] += time.perf_counter() - t1
-    _log(f"computing {heads} heads on {a.workers} workers ({', '.join(f'{k}={v}' for k, v in FAST.items())}) ...")
+    _log(
+        f"computing {heads} heads on {a.workers} workers ({', '.join(f'{k}={v}' for k, v in FAST.items())}) ..."
+    )
     t0 = time.perf_counter()
     rep = compute(db, workers=a.workers, config=RunConfig().with_overrides(FAST))
     if rep.failures:
@@ -150,8 +193,14 @@ def ensure_corpus(models: list[dict[str, str]], a: argparse.Namespace) -> tuple[
     t0 = time.perf_counter()
     build(db)
     times["build_s"] = time.perf_counter() - t0
-    info = {"models": len(models), "heads": heads, "rows": a.rows, "examples": a.examples,
-            "fast_params": FAST, **times}
+    info = {
+        "models": len(models),
+        "heads": heads,
+        "rows": a.rows,
+        "examples": a.examples,
+        "fast_params": FAST,
+        **times,
+    }
     done.write_text(json.dumps(info, indent=1) + "\n")
     return db, info
 
@@ -172,17 +221,26 @@ def folder_stats(folder: Path) -> dict:
         by_ext[ext] = by_ext.get(ext, 0) + 1
     model_pages = [p for p in pages if p.parent.name == "models"]
     largest_model = max(model_pages, key=lambda p: p.stat().st_size) if model_pages else None
-    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files),
-            "largest_model_page": largest_model.relative_to(folder).as_posix() if largest_model else None,
-            "index_bytes": index.stat().st_size, "pages": len(pages),
-            "largest_page": biggest.relative_to(folder).as_posix(), "largest_page_bytes": biggest.stat().st_size,
-            "by_ext": dict(sorted(by_ext.items()))}
+    return {
+        "files": len(files),
+        "bytes": sum(p.stat().st_size for p in files),
+        "largest_model_page": largest_model.relative_to(folder).as_posix()
+        if largest_model
+        else None,
+        "index_bytes": index.stat().st_size,
+        "pages": len(pages),
+        "largest_page": biggest.relative_to(folder).as_posix(),
+        "largest_page_bytes": biggest.stat().st_size,
+        "by_ext": dict(sorted(by_ext.items())),
+    }
 
 
 def time_report(db: Path, out: Path, static: bool) -> dict:
     """One `qkwh report` in a fresh process into a fresh folder: wall and CPU time, the folder."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "qkwh.cli", "report", "-w", str(db), "-o", str(out)] + (["--static"] if static else [])
+    cmd = [sys.executable, "-m", "qkwh.cli", "report", "-w", str(db), "-o", str(out)] + (
+        ["--static"] if static else []
+    )
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -192,7 +250,12 @@ def time_report(db: Path, out: Path, static: bool) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"qkwh report failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "summary": proc.stdout.strip().splitlines()[0], **folder_stats(out)}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "summary": proc.stdout.strip().splitlines()[0],
+        **folder_stats(out),
+    }
 
 
 def browser_seconds(page: Path) -> float | None:
@@ -206,15 +269,21 @@ def browser_seconds(page: Path) -> float | None:
     if not exe:
         return None
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=exe, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         try:
             tab = browser.new_page(viewport={"width": 1400, "height": 1000})
             t0 = time.perf_counter()
             tab.goto(page.as_uri(), wait_until="load")
-            tab.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=300_000)
+            tab.wait_for_function(
+                "window.qkwhReport && window.qkwhReport.ready === true", timeout=300_000
+            )
             secs = time.perf_counter() - t0
             if tab.evaluate("window.qkwhReport.errors.length"):
-                raise SystemExit(f"{page}: charts failed in the browser: {tab.evaluate('window.qkwhReport.errors')}")
+                raise SystemExit(
+                    f"{page}: charts failed in the browser: {tab.evaluate('window.qkwhReport.errors')}"
+                )
             return secs
         finally:
             browser.close()
@@ -256,26 +325,38 @@ def main(argv: list[str] | None = None) -> int:
         # other load: CPU time of everything on the machine minus the report's own, in cores
         hz = os.sysconf("SC_CLK_TCK")
         r["other_cores"] = max(0.0, ((b1[0] - b0[0]) / hz - r["cpu_s"]) / r["wall_s"])
-        _log(f"report {i + 1}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, index {_mb(r['index_bytes'])} MB, "
-             f"{r['files']} files, {_mb(r['bytes'])} MB")
+        _log(
+            f"report {i + 1}: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, index {_mb(r['index_bytes'])} MB, "
+            f"{r['files']} files, {_mb(r['bytes'])} MB"
+        )
         runs.append(r)
     best = min(runs, key=lambda r: r["wall_s"])
     folder = a.out / "corpus-report"
     best["browser_index_s"] = browser_seconds(folder / "index.html")
-    best["browser_page_s"] = browser_seconds(folder / best["largest_model_page"]) if best["largest_model_page"] else None
+    best["browser_page_s"] = (
+        browser_seconds(folder / best["largest_model_page"]) if best["largest_model_page"] else None
+    )
     static = None
     if not a.no_static:
         b0 = _busy()
         static = time_report(db, a.out / "corpus-report-static", static=True)
         b1 = _busy()
         hz = os.sysconf("SC_CLK_TCK")
-        static["other_cores"] = max(0.0, ((b1[0] - b0[0]) / hz - static["cpu_s"]) / static["wall_s"])
-        _log(f"report --static: {static['wall_s']:.1f} s wall, {static['files']} files, {_mb(static['bytes'])} MB")
-    text = corpus_report(machine(), info, best, [r["wall_s"] for r in runs], static, started, (load0, loadavg()))
+        static["other_cores"] = max(
+            0.0, ((b1[0] - b0[0]) / hz - static["cpu_s"]) / static["wall_s"]
+        )
+        _log(
+            f"report --static: {static['wall_s']:.1f} s wall, {static['files']} files, {_mb(static['bytes'])} MB"
+        )
+    text = corpus_report(
+        machine(), info, best, [r["wall_s"] for r in runs], static, started, (load0, loadavg())
+    )
     print(text)
     a.md.parent.mkdir(parents=True, exist_ok=True)
     a.md.write_text(text)
-    (a.out / "corpus-last.json").write_text(json.dumps({"info": info, "runs": runs, "static": static}, indent=1))
+    (a.out / "corpus-last.json").write_text(
+        json.dumps({"info": info, "runs": runs, "static": static}, indent=1)
+    )
     return 0
 
 

@@ -38,7 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 MiB = 1024 * 1024
 #: the shape the targets are set for (bench/README.md)
-FULL = {"heads": 300, "rows": 8000, "small_heads": 60, "scaling_heads": 16, "scaling_rows": "2000,8000,32000"}
+FULL = {
+    "heads": 300,
+    "rows": 8000,
+    "small_heads": 60,
+    "scaling_heads": 16,
+    "scaling_rows": "2000,8000,32000",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,8 +123,9 @@ class MeasuredExecutor:
         self.tasks = 0
 
     def map_unordered(self, fn, items):
-        for pid, hwm, (secs, total), result in self.inner.map_unordered(functools.partial(_measured_call, fn),
-                                                                          items):
+        for pid, hwm, (secs, total), result in self.inner.map_unordered(
+            functools.partial(_measured_call, fn), items
+        ):
             self.peaks[pid] = max(self.peaks.get(pid, 0), hwm)
             self.total_cpu[pid] = max(self.total_cpu.get(pid, 0.0), total)
             self.cpu_s += secs
@@ -187,18 +194,22 @@ class ModelSpec:
     @property
     def key(self) -> str:
         synth = hashlib.sha256((REPO / "qkwh" / "synth.py").read_bytes()).hexdigest()[:8]
-        return (f"h{self.heads}-r{self.rows}-d{self.d}-q{self.n_q_heads}kv{self.n_kv_heads}p{self.per_layer}"
-                f"-L{self.context_length}-b{self.bucket_size}-e{self.n_examples}-s{self.seed}-synth{synth}")
+        return (
+            f"h{self.heads}-r{self.rows}-d{self.d}-q{self.n_q_heads}kv{self.n_kv_heads}p{self.per_layer}"
+            f"-L{self.context_length}-b{self.bucket_size}-e{self.n_examples}-s{self.seed}-synth{synth}"
+        )
 
     @property
     def model_id(self) -> str:
         return f"bench-h{self.heads}-r{self.rows}"
 
     def describe(self) -> str:
-        return (f"{self.heads} query heads ({self.n_layers} layer(s) x up to {self.per_layer} of "
-                f"{self.n_q_heads} q heads, {self.n_kv_heads} KV heads -> {self.n_k_files} k files), "
-                f"{self.rows:,} vectors per file, d = {self.d}, {self.n_buckets} buckets "
-                f"(context {self.context_length:,}, bucket {self.bucket_size:,}), {self.n_examples} examples")
+        return (
+            f"{self.heads} query heads ({self.n_layers} layer(s) x up to {self.per_layer} of "
+            f"{self.n_q_heads} q heads, {self.n_kv_heads} KV heads -> {self.n_k_files} k files), "
+            f"{self.rows:,} vectors per file, d = {self.d}, {self.n_buckets} buckets "
+            f"(context {self.context_length:,}, bucket {self.bucket_size:,}), {self.n_examples} examples"
+        )
 
 
 def dir_size(path: Path) -> int:
@@ -216,10 +227,20 @@ def ensure_dataset(spec: ModelSpec, out: Path, log) -> tuple[Path, float | None]
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"generating {spec.describe()} ...")
     t0 = time.perf_counter()
-    write_dataset(tmp, model_name=f"synthetic/{spec.model_id}", n_layers=spec.n_layers,
-                  n_q_heads=spec.n_q_heads, n_kv_heads=spec.n_kv_heads, heads=spec.selection, d=spec.d,
-                  rows_per_file=spec.rows, n_examples=spec.n_examples, context_length=spec.context_length,
-                  bucket_size=spec.bucket_size, seed=spec.seed)
+    write_dataset(
+        tmp,
+        model_name=f"synthetic/{spec.model_id}",
+        n_layers=spec.n_layers,
+        n_q_heads=spec.n_q_heads,
+        n_kv_heads=spec.n_kv_heads,
+        heads=spec.selection,
+        d=spec.d,
+        rows_per_file=spec.rows,
+        n_examples=spec.n_examples,
+        context_length=spec.context_length,
+        bucket_size=spec.bucket_size,
+        seed=spec.seed,
+    )
     secs = time.perf_counter() - t0
     (tmp / ".complete").write_text(json.dumps({"seconds": secs, **asdict(spec)}) + "\n")
     shutil.rmtree(root, ignore_errors=True)
@@ -246,7 +267,9 @@ def fresh_ingest(spec: ModelSpec, data: Path, out: Path) -> tuple[Path, float]:
     rep = ingest(str(data), warehouse=db, model_id=spec.model_id)
     secs = time.perf_counter() - t0
     if rep.n_heads_with_k != spec.heads:
-        raise SystemExit(f"ingest of {data} found {rep.n_heads_with_k} analysable heads, expected {spec.heads}")
+        raise SystemExit(
+            f"ingest of {data} found {rep.n_heads_with_k} analysable heads, expected {spec.heads}"
+        )
     return db, secs
 
 
@@ -273,11 +296,15 @@ class Phase:
     workers: int
     wall_s: float
     cpu_s: float  # sum of the workers' CPU time over all tasks
-    consumer_s: float  # parent time between results (receiving them, the runner's batched DuckDB writes)
+    consumer_s: (
+        float  # parent time between results (receiving them, the runner's batched DuckDB writes)
+    )
     worker_peak: int  # bytes, max over workers
     parent_peak: int  # bytes
     parent_cpu_s: float = 0.0  # CPU time of the parent process (all its threads, DuckDB's included)
-    write_first_ms: float = 0.0  # mean parent write time per head over the first / last tenth of heads
+    write_first_ms: float = (
+        0.0  # mean parent write time per head over the first / last tenth of heads
+    )
     write_last_ms: float = 0.0
     other_cores: float = float("nan")  # CPU used by other processes during the run, in cores
     walls: list[float] = field(default_factory=list)  # every try when the run was repeated
@@ -287,6 +314,7 @@ class Phase:
         if system_busy > 0 and self.wall_s > 0:
             own = self.parent_cpu_s + (sum(ex.total_cpu.values()) if self.workers > 1 else 0.0)
             self.other_cores = max(system_busy - own, 0.0) / self.wall_s
+
     failures: int = 0
     first_failure: str = ""
 
@@ -309,14 +337,31 @@ def run_read_only(tasks: list[GroupTask], workers: int) -> Phase:
         ex.close()
     wall, cpu, busy = time.perf_counter() - t0, time.process_time() - c0, system_busy_s() - b0
     assert seen == n_heads
-    phase = Phase("read only", n_heads, n_workers, wall, ex.cpu_s, ex.consumer_s,
-                  max(ex.peaks.values(), default=0), peak_rss(), cpu)
+    phase = Phase(
+        "read only",
+        n_heads,
+        n_workers,
+        wall,
+        ex.cpu_s,
+        ex.consumer_s,
+        max(ex.peaks.values(), default=0),
+        peak_rss(),
+        cpu,
+    )
     phase.set_other_load(busy, ex)
     return phase
 
 
-def run_compute(name: str, base_db: Path, model_id: str, n_tasks: int, analyses: tuple[str, ...],
-                config: RunConfig, workers: int, allow_failures: bool) -> Phase:
+def run_compute(
+    name: str,
+    base_db: Path,
+    model_id: str,
+    n_tasks: int,
+    analyses: tuple[str, ...],
+    config: RunConfig,
+    workers: int,
+    allow_failures: bool,
+) -> Phase:
     from qkwh.compute.runner import compute
 
     emp = "-empirical" if config.plasticity.empirical else ""
@@ -330,9 +375,19 @@ def run_compute(name: str, base_db: Path, model_id: str, n_tasks: int, analyses:
     ex = MeasuredExecutor(make_executor(n_workers))
     rep = compute(db, models=[model_id], analyses=analyses, config=config, executor=ex)
     wall, cpu, busy = time.perf_counter() - t0, time.process_time() - c0, system_busy_s() - b0
-    phase = Phase(name, rep.n_planned, n_workers, wall, ex.cpu_s, ex.consumer_s,
-                  max(ex.peaks.values(), default=0), peak_rss(), cpu, len(rep.failures),
-                  ": ".join(rep.failures[0]) if rep.failures else "")
+    phase = Phase(
+        name,
+        rep.n_planned,
+        n_workers,
+        wall,
+        ex.cpu_s,
+        ex.consumer_s,
+        max(ex.peaks.values(), default=0),
+        peak_rss(),
+        cpu,
+        len(rep.failures),
+        ": ".join(rep.failures[0]) if rep.failures else "",
+    )
     phase.set_other_load(busy, ex)
     w = ex.consumer_per_head
     if w:
@@ -341,15 +396,19 @@ def run_compute(name: str, base_db: Path, model_id: str, n_tasks: int, analyses:
         phase.write_last_ms = 1e3 * statistics.fmean(w[-tenth:])
     db.unlink(missing_ok=True)
     if rep.failures and not allow_failures:
-        raise SystemExit(f"{name}: {len(rep.failures)} head(s) failed, e.g. {phase.first_failure} "
-                         "(timings of failing heads are meaningless; --allow-failures to go on)")
+        raise SystemExit(
+            f"{name}: {len(rep.failures)} head(s) failed, e.g. {phase.first_failure} "
+            "(timings of failing heads are meaningless; --allow-failures to go on)"
+        )
     return phase
 
 
 SAMPLED = RunConfig()
 EXHAUSTIVE = RunConfig().with_overrides({"plasticity.pairs": "exhaustive"})
 EMPIRICAL = RunConfig().with_overrides({"plasticity.empirical": True})
-EMPIRICAL_EXHAUSTIVE = RunConfig().with_overrides({"plasticity.empirical": True, "plasticity.pairs": "exhaustive"})
+EMPIRICAL_EXHAUSTIVE = RunConfig().with_overrides(
+    {"plasticity.empirical": True, "plasticity.pairs": "exhaustive"}
+)
 # --runs name -> (row label, analyses, config)
 RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "pca": ("pca", ("pca",), SAMPLED),
@@ -359,7 +418,11 @@ RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "plasticity-exhaustive": ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     "all-exhaustive": ("all three (exhaustive)", ANALYSES, EXHAUSTIVE),
     "plasticity-empirical": ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
-    "plasticity-empirical-exhaustive": ("plasticity (exhaustive, empirical)", ("plasticity",), EMPIRICAL_EXHAUSTIVE),
+    "plasticity-empirical-exhaustive": (
+        "plasticity (exhaustive, empirical)",
+        ("plasticity",),
+        EMPIRICAL_EXHAUSTIVE,
+    ),
 }
 SMALL_RUNS = ("all", "plasticity-exhaustive")  # the smaller model: enough for the memory comparison
 
@@ -373,8 +436,16 @@ def best_of(tries: list[Phase]) -> Phase:
     return best
 
 
-def model_phases(spec: ModelSpec, out: Path, workers: int, *, runs: list[str], allow_failures: bool, log,
-                 repeat: int = 1) -> dict:
+def model_phases(
+    spec: ModelSpec,
+    out: Path,
+    workers: int,
+    *,
+    runs: list[str],
+    allow_failures: bool,
+    log,
+    repeat: int = 1,
+) -> dict:
     data, gen = ensure_dataset(spec, out, log)
     gen_cached = gen is None
     gen = generation_seconds(data) if gen is None else gen
@@ -389,26 +460,44 @@ def model_phases(spec: ModelSpec, out: Path, workers: int, *, runs: list[str], a
         tries = []
         for i in range(max(repeat, 1)):
             log(f"[{spec.model_id}] {name}{f' ({i + 1}/{repeat})' if repeat > 1 else ''} ...")
-            tries.append(run_compute(name, db, spec.model_id, len(tasks), analyses, cfg, workers, allow_failures))
+            tries.append(
+                run_compute(
+                    name, db, spec.model_id, len(tasks), analyses, cfg, workers, allow_failures
+                )
+            )
             log(f"    {tries[-1].wall_s:.1f} s, other load {tries[-1].other_cores:.1f} cores")
         phases.append(best_of(tries))
     log(f"[{spec.model_id}] read only (again) ...")
     reads.append(run_read_only(tasks, workers))
     read = best_of(reads)
     shutil.rmtree(db.parent, ignore_errors=True)
-    return {"spec": spec, "data": data, "data_bytes": dir_size(data), "n_files": spec.heads + spec.n_k_files,
-            "generation_s": gen, "generation_cached": gen_cached, "ingest_s": ingest_s, "n_tasks": len(tasks),
-            "read": read, "read_walls": [p.wall_s for p in reads], "phases": phases}
+    return {
+        "spec": spec,
+        "data": data,
+        "data_bytes": dir_size(data),
+        "n_files": spec.heads + spec.n_k_files,
+        "generation_s": gen,
+        "generation_cached": gen_cached,
+        "ingest_s": ingest_s,
+        "n_tasks": len(tasks),
+        "read": read,
+        "read_walls": [p.wall_s for p in reads],
+        "phases": phases,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # scaling with vectors per head (one process)
 # ---------------------------------------------------------------------------------------------
-SCALING_COLUMNS = (("read q+k", None, None), ("pca", ("pca",), SAMPLED), ("rotation", ("rotation",), SAMPLED),
-                   ("plasticity (sampled)", ("plasticity",), SAMPLED),
-                   ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
-                   ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
-                   ("all three (sampled)", ANALYSES, SAMPLED))
+SCALING_COLUMNS = (
+    ("read q+k", None, None),
+    ("pca", ("pca",), SAMPLED),
+    ("rotation", ("rotation",), SAMPLED),
+    ("plasticity (sampled)", ("plasticity",), SAMPLED),
+    ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
+    ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
+    ("all three (sampled)", ANALYSES, SAMPLED),
+)
 #: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
 GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
@@ -424,7 +513,9 @@ def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> lis
     return [u for t in tasks for u in t.heads]
 
 
-def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3) -> list[dict]:
+def scaling(
+    heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3
+) -> list[dict]:
     """Median per-head CPU seconds (``time.process_time``) of reading and of each analysis, in this
     process (no pool, no DuckDB writes, BLAS on one thread, freed memory kept as in a compute
     worker).  Each head is timed ``repeat`` times
@@ -453,8 +544,9 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
             if i == 0:  # warm-up
                 for _, analyses, cfg in cols[1:]:
                     run_analyses(head, analyses, cfg)
-            times["read q+k"].append(best(lambda: head_data(unit, read_file(unit.q_path), read_file(unit.k_path),  # noqa: B023 (called at once)
-                                                            SAMPLED)))
+            times["read q+k"].append(
+                best(lambda u=unit: head_data(u, read_file(u.q_path), read_file(u.k_path), SAMPLED))
+            )
             for name, analyses, cfg in cols[1:]:
                 times[name].append(best(lambda: run_analyses(head, analyses, cfg)))  # noqa: B023 (called at once)
         # as qkwh compute runs them: the k file read once per GQA group, and what the group's
@@ -465,6 +557,7 @@ def scaling(heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, lo
         read_g, all_g = GROUP_COLUMNS
         times[read_g], times[all_g] = [], []
         for group in groups.values():
+
             def read_group(group=group) -> list:
                 k_rows = group_key_rows(read_file(group[0].k_path), SAMPLED)
                 return [head_data(u, read_file(u.q_path), k_rows, SAMPLED) for u in group]
@@ -497,10 +590,18 @@ def gemm_rate(n: int = 8000, d: int = 128, repeat: int = 5) -> dict:
     x, y = rng.standard_normal((n, d)), rng.standard_normal((n, d))
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
     with threadpool_limits(limits=1):
-        out = {name: flops / _fastest(fn, repeat) / 1e9
-               for name, fn, flops in (("xtx", lambda: x.T @ y, 2.0 * n * d * d),
-                                       ("square", lambda: a @ b, 2.0 * 1024**3))}
-    return {"gflops_xtx": out["xtx"], "gflops_square": out["square"], "shape_xtx": f"({n} x {d})ᵀ({n} x {d})"}
+        out = {
+            name: flops / _fastest(fn, repeat) / 1e9
+            for name, fn, flops in (
+                ("xtx", lambda: x.T @ y, 2.0 * n * d * d),
+                ("square", lambda: a @ b, 2.0 * 1024**3),
+            )
+        }
+    return {
+        "gflops_xtx": out["xtx"],
+        "gflops_square": out["square"],
+        "shape_xtx": f"({n} x {d})ᵀ({n} x {d})",
+    }
 
 
 def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
@@ -532,19 +633,33 @@ def blas_floor(spec: ModelSpec, repeat: int = 5) -> dict[str, float]:
     per_k = spec.heads / spec.n_k_files  # query heads per k file: they share the key Gram
     calls = {  # name -> (one call, calls per head)
         f"key scatter matrix (Xᵀ X, one n x d Gram per k file, over its {per_k:.2f} query heads)": (
-            lambda: x.T @ x, 1 / per_k),
-        "query scatter matrices (one Gram per bucket)": (lambda: [x[i * per:(i + 1) * per].T @ x[i * per:(i + 1) * per]
-                                                                  for i in range(nb)], 1),
-        "rotation projections (q and k on a, b and the complement directions)": (lambda: proj @ x.T, 2),
-        "rotation Chebyshev moments (blocks of positions)": (lambda: t_block @ u_block, math.ceil(2 * n / block)),
-        "plasticity pair variances (one triangular multiply per bucket)":
-            (lambda: blas.dtrmm(1.0, chol, delta.T, side=0, lower=0), nb),
+            lambda: x.T @ x,
+            1 / per_k,
+        ),
+        "query scatter matrices (one Gram per bucket)": (
+            lambda: [x[i * per : (i + 1) * per].T @ x[i * per : (i + 1) * per] for i in range(nb)],
+            1,
+        ),
+        "rotation projections (q and k on a, b and the complement directions)": (
+            lambda: proj @ x.T,
+            2,
+        ),
+        "rotation Chebyshev moments (blocks of positions)": (
+            lambda: t_block @ u_block,
+            math.ceil(2 * n / block),
+        ),
+        "plasticity pair variances (one triangular multiply per bucket)": (
+            lambda: blas.dtrmm(1.0, chol, delta.T, side=0, lower=0),
+            nb,
+        ),
     }
     with threadpool_limits(limits=1):
         return {name: 1e3 * _fastest(fn, repeat) * count for name, (fn, count) in calls.items()}
 
 
-def exhaustive_blas_floor(heads: int, rows: int, out: Path, log, repeat: int = 3) -> dict[str, float]:
+def exhaustive_blas_floor(
+    heads: int, rows: int, out: Path, log, repeat: int = 3
+) -> dict[str, float]:
     """Milliseconds per head (median over ``heads`` heads of the benchmark model) of the BLAS calls
     of exhaustive plasticity, at the shapes of each head's own data, on one BLAS thread: per
     bucket, the triangular multiply of its eligible keys and the batched Gram matrices of the
@@ -559,9 +674,11 @@ def exhaustive_blas_floor(heads: int, rows: int, out: Path, log, repeat: int = 3
 
     units = model_units(heads, rows, out, SAMPLED, log)
     rng = np.random.default_rng(0)
-    parts: dict[str, list[float]] = {"query scatter matrices (one Gram per bucket)": [],
-                                     "eligible keys times the Cholesky factor (one triangular multiply per bucket)": [],
-                                     "per-example Gram matrices of the eligible keys (batched)": []}
+    parts: dict[str, list[float]] = {
+        "query scatter matrices (one Gram per bucket)": [],
+        "eligible keys times the Cholesky factor (one triangular multiply per bucket)": [],
+        "per-example Gram matrices of the eligible keys (batched)": [],
+    }
     with threadpool_limits(limits=1):
         for unit in units:
             head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
@@ -582,12 +699,16 @@ def exhaustive_blas_floor(heads: int, rows: int, out: Path, log, repeat: int = 3
                     continue
                 K = rng.standard_normal((len(perm), d))
                 trmm.append(lambda K=K, chol=chol: blas.dtrmm(1.0, chol, K.T, side=0, lower=0))
-                blocks = [(off, n_b, g, r0, r1) for off, n_b, g, r0, r1, _, _ in _pair_blocks(groups, GRAM_BLOCK)]
+                blocks = [
+                    (off, n_b, g, r0, r1)
+                    for off, n_b, g, r0, r1, _, _ in _pair_blocks(groups, GRAM_BLOCK)
+                ]
 
                 def gram(K=K, blocks=blocks) -> None:
                     for off, n_b, g, r0, r1 in blocks:
-                        kb = K[off:off + n_b * g].reshape(n_b, g, -1)
+                        kb = K[off : off + n_b * g].reshape(n_b, g, -1)
                         np.matmul(kb[:, r0:r1], kb.transpose(0, 2, 1))
+
                 grams.append(gram)
             xs = [rng.standard_normal((c, d)) for c in q_counts]
             timed = ([lambda: [x.T @ x for x in xs]], trmm, grams)  # noqa: B023 (called in this pass)
@@ -628,8 +749,10 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     st.sort_stats("cumulative").print_stats(top)
     total = sum(v[2] for v in st.stats.values()) or 1.0
     own = sorted(((v[2], k) for k, v in st.stats.items()), reverse=True)[:12]
-    rows_top = [(f"{Path(f).name}:{line}({fn})" if line else fn, 1e3 * t / len(loaded), t / total)
-                for t, (f, line, fn) in own]
+    rows_top = [
+        (f"{Path(f).name}:{line}({fn})" if line else fn, 1e3 * t / len(loaded), t / total)
+        for t, (f, line, fn) in own
+    ]
     return {"text": buf.getvalue(), "heads": len(loaded), "top": rows_top}
 
 
@@ -675,14 +798,28 @@ def machine() -> dict:
         except Exception:  # numpy without dict config
             pass
     try:
-        git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        git = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         git = ""
-    return {"cpu": cpu, "cores": cores, "ram_gib": ram / 1024**3, "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-            "duckdb": duckdb.__version__, "pyarrow": pyarrow.__version__, "blas": blas,
-            "qkwh": code_version(), "git": git}
+    return {
+        "cpu": cpu,
+        "cores": cores,
+        "ram_gib": ram / 1024**3,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "duckdb": duckdb.__version__,
+        "pyarrow": pyarrow.__version__,
+        "blas": blas,
+        "qkwh": code_version(),
+        "git": git,
+    }
 
 
 def loadavg() -> str:
@@ -690,5 +827,3 @@ def loadavg() -> str:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
     except OSError:
         return "?"
-
-

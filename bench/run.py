@@ -32,8 +32,13 @@ import os
 
 # The parent runs the single-process scaling runs: give it one BLAS thread like every pool worker
 # (must happen before numpy is imported).
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-             "NUMEXPR_NUM_THREADS"):
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
@@ -64,33 +69,65 @@ from measure import (  # noqa: E402
 )
 from report import machine_line, report, to_json  # noqa: E402
 
-QUICK = {"heads": 16, "rows": 2000, "small_heads": 8, "scaling_heads": 4, "scaling_rows": "500,1000,2000"}
+QUICK = {
+    "heads": 16,
+    "rows": 2000,
+    "small_heads": 8,
+    "scaling_heads": 4,
+    "scaling_rows": "500,1000,2000",
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
     ap.add_argument("--heads", type=int, help="query heads of the main model (300; quick 24)")
-    ap.add_argument("--rows", type=int, help="vectors per file of the main model (8000; quick 2000)")
+    ap.add_argument(
+        "--rows", type=int, help="vectors per file of the main model (8000; quick 2000)"
+    )
     ap.add_argument("--workers", type=int, default=2, help="pool workers (2)")
-    ap.add_argument("--small-heads", type=int, help="heads of the smaller model for the memory comparison "
-                                                    "(60; quick 8; 0 skips it)")
-    ap.add_argument("--scaling-heads", type=int, help="heads of the scaling runs (16; quick 4; 0 skips them)")
+    ap.add_argument(
+        "--small-heads",
+        type=int,
+        help="heads of the smaller model for the memory comparison (60; quick 8; 0 skips it)",
+    )
+    ap.add_argument(
+        "--scaling-heads", type=int, help="heads of the scaling runs (16; quick 4; 0 skips them)"
+    )
     ap.add_argument("--scaling-rows", help="vectors per file of the scaling runs (2000,8000,32000)")
-    ap.add_argument("--runs", default=",".join(RUNS),
-                    help=f"compute runs of the main model, besides read-only ({','.join(RUNS)})")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run each compute run N times and keep the fastest (for a shared machine)")
-    ap.add_argument("--no-exhaustive", action="store_true", help="skip every exhaustive plasticity run")
-    ap.add_argument("--no-profile", action="store_true",
-                    help="skip the cProfile of the three analyses in one process (scaling heads, main rows; "
-                         "its top lines go into the report, the listing to <out>/profile.txt)")
+    ap.add_argument(
+        "--runs",
+        default=",".join(RUNS),
+        help=f"compute runs of the main model, besides read-only ({','.join(RUNS)})",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each compute run N times and keep the fastest (for a shared machine)",
+    )
+    ap.add_argument(
+        "--no-exhaustive", action="store_true", help="skip every exhaustive plasticity run"
+    )
+    ap.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="skip the cProfile of the three analyses in one process (scaling heads, main rows; "
+        "its top lines go into the report, the listing to <out>/profile.txt)",
+    )
     ap.add_argument("--profile-only", action="store_true", help="only the profile (printed)")
     ap.add_argument("--allow-failures", action="store_true", help="keep going when heads fail")
-    ap.add_argument("--out", type=Path, default=BENCH / "results",
-                    help="data cache, warehouses, JSON and profiles (bench/results, git-ignored)")
-    ap.add_argument("--md", type=Path, help="Markdown report (bench/results.md; quick: <out>/quick.md)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH / "results",
+        help="data cache, warehouses, JSON and profiles (bench/results, git-ignored)",
+    )
+    ap.add_argument(
+        "--md", type=Path, help="Markdown report (bench/results.md; quick: <out>/quick.md)"
+    )
     args = ap.parse_args(argv)
     args.runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in args.runs if r not in RUNS]
@@ -127,36 +164,75 @@ def main(argv: list[str] | None = None) -> int:
     load0 = loadavg()
     log(f"machine: {machine_line(m)}; load average {load0}")
     if load0 != "?" and float(load0.split()[0]) > 0.5 * m["cores"]:
-        log(f"warning: the machine is busy (load {load0} on {m['cores']} cores): timings will be inflated")
+        log(
+            f"warning: the machine is busy (load {load0} on {m['cores']} cores): timings will be inflated"
+        )
     exhaustive = not args.no_exhaustive
-    main_model = model_phases(ModelSpec(heads=args.heads, rows=args.rows), out, args.workers, runs=args.runs,
-                              allow_failures=args.allow_failures, log=log, repeat=args.repeat)
+    main_model = model_phases(
+        ModelSpec(heads=args.heads, rows=args.rows),
+        out,
+        args.workers,
+        runs=args.runs,
+        allow_failures=args.allow_failures,
+        log=log,
+        repeat=args.repeat,
+    )
     small = None
     if args.small_heads:
         small_runs = [r for r in SMALL_RUNS if r in args.runs] or args.runs[:1]
-        small = model_phases(ModelSpec(heads=args.small_heads, rows=args.rows), out, args.workers,
-                             runs=small_runs, allow_failures=args.allow_failures, log=log, repeat=args.repeat)
+        small = model_phases(
+            ModelSpec(heads=args.small_heads, rows=args.rows),
+            out,
+            args.workers,
+            runs=small_runs,
+            allow_failures=args.allow_failures,
+            log=log,
+            repeat=args.repeat,
+        )
     scale: list[dict] = []
     if args.scaling_heads:
         rows_list = [int(r) for r in str(args.scaling_rows).split(",") if r.strip()]
         scale = scaling(args.scaling_heads, rows_list, out, exhaustive=exhaustive, log=log)
         if exhaustive:
-            m["blas_calls_exhaustive"] = exhaustive_blas_floor(args.scaling_heads, args.rows, out, log)
+            m["blas_calls_exhaustive"] = exhaustive_blas_floor(
+                args.scaling_heads, args.rows, out, log
+            )
     prof = None
     if not args.no_profile:
         log("profiling ...")
         prof = profile_heads(max(args.scaling_heads, 1), args.rows, out, SAMPLED, log)
         (out / "profile.txt").write_text(prof["text"])
         log(f"profile written to {out / 'profile.txt'}")
-    text = report(m, main_model, small, scale, args.scaling_heads, args.workers, started, (load0, loadavg()),
-                  args.repeat, profile=prof)
+    text = report(
+        m,
+        main_model,
+        small,
+        scale,
+        args.scaling_heads,
+        args.workers,
+        started,
+        (load0, loadavg()),
+        args.repeat,
+        profile=prof,
+    )
     print(text)
     args.md.parent.mkdir(parents=True, exist_ok=True)
     args.md.write_text(text)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (out / f"results-{stamp}.json").write_text(json.dumps(
-        {"machine": m, "args": {k: str(v) for k, v in vars(args).items()}, "main": main_model, "small": small,
-         "scaling": scale, "profile_top": prof["top"] if prof else None}, default=to_json, indent=1))
+    (out / f"results-{stamp}.json").write_text(
+        json.dumps(
+            {
+                "machine": m,
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "main": main_model,
+                "small": small,
+                "scaling": scale,
+                "profile_top": prof["top"] if prof else None,
+            },
+            default=to_json,
+            indent=1,
+        )
+    )
     log(f"report written to {args.md} (total {time.perf_counter() - t_start:.0f} s)")
     return 0
 

@@ -26,8 +26,13 @@ from __future__ import annotations
 
 import os
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-             "NUMEXPR_NUM_THREADS"):
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
@@ -49,9 +54,17 @@ MiB = 1024 * 1024
 def _model(args) -> Path:
     from qkwh.synth import write_dataset
 
-    shape = dict(n_layers=args.layers, n_q_heads=args.q_heads, n_kv_heads=args.kv_heads, d=args.d,
-                 rows_per_file=args.rows, n_examples=args.examples, context_length=args.context,
-                 bucket_size=args.bucket, seed=0)
+    shape = dict(
+        n_layers=args.layers,
+        n_q_heads=args.q_heads,
+        n_kv_heads=args.kv_heads,
+        d=args.d,
+        rows_per_file=args.rows,
+        n_examples=args.examples,
+        context_length=args.context,
+        bucket_size=args.bucket,
+        seed=0,
+    )
     code = hashlib.sha256((REPO / "qkwh" / "synth.py").read_bytes()).hexdigest()[:8]
     key = hashlib.sha256(repr(sorted(shape.items())).encode()).hexdigest()[:10] + "-" + code
     root = args.out / "data" / f"ray-{key}"
@@ -68,8 +81,10 @@ def _results(db: Path) -> dict:
     con = store.connect(db, read_only=True)
     try:
         tables = [t for ts in ANALYSIS_TABLES.values() for t in ts]
-        return {t: sorted(map(repr, con.execute(f"SELECT * EXCLUDE (config_id) FROM {t}").fetchall()))
-                for t in tables}
+        return {
+            t: sorted(map(repr, con.execute(f"SELECT * EXCLUDE (config_id) FROM {t}").fetchall()))
+            for t in tables
+        }
     finally:
         con.close()
 
@@ -79,8 +94,10 @@ def _head_seconds(db: Path) -> float:
 
     con = store.connect(db, read_only=True)
     try:  # one row per head and analysis, the same seconds on each: the head's time in the worker
-        return con.execute("SELECT avg(s) FROM (SELECT max(seconds) AS s FROM head_runs "
-                           "GROUP BY model_id, layer, q_head)").fetchone()[0]
+        return con.execute(
+            "SELECT avg(s) FROM (SELECT max(seconds) AS s FROM head_runs "
+            "GROUP BY model_id, layer, q_head)"
+        ).fetchone()[0]
     finally:
         con.close()
 
@@ -95,8 +112,13 @@ def _run(db_template: Path, scratch: Path, name: str, **kwargs) -> dict:
     report = compute(db, **kwargs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert not report.failures, report.failures[:3]
-    return {"db": db, "wall": wall, "parent_cpu": cpu, "heads": report.n_written,
-            "head_s": _head_seconds(db)}
+    return {
+        "db": db,
+        "wall": wall,
+        "parent_cpu": cpu,
+        "heads": report.n_written,
+        "head_s": _head_seconds(db),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,17 +131,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=int, default=500)
     p.add_argument("--context", type=int, default=131072)
     p.add_argument("--bucket", type=int, default=8192)
-    p.add_argument("--workers", type=int, default=2, help="pool workers (the cluster has the same CPUs)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="pool workers (the cluster has the same CPUs)"
+    )
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--quick", action="store_true", help="tiny model, one repeat")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--md", type=Path, default=None, help="report file (default bench/ray_results.md; "
-                   "--quick: <out>/ray-quick.md)")
+    p.add_argument(
+        "--md",
+        type=Path,
+        default=None,
+        help="report file (default bench/ray_results.md; --quick: <out>/ray-quick.md)",
+    )
     args = p.parse_args(argv)
     if args.quick:
-        args.layers, args.q_heads, args.kv_heads, args.rows, args.d, args.repeat = 2, 4, 2, 600, 32, 1
+        args.layers, args.q_heads, args.kv_heads, args.rows, args.d, args.repeat = (
+            2,
+            4,
+            2,
+            600,
+            32,
+            1,
+        )
         args.examples, args.context, args.bucket = 16, 8192, 512
-    md_path = args.md or (args.out / "ray-quick.md" if args.quick else REPO / "bench" / "ray_results.md")
+    md_path = args.md or (
+        args.out / "ray-quick.md" if args.quick else REPO / "bench" / "ray_results.md"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = args.out / "ray-scratch"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -136,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     model = _model(args)
     gen_s = time.perf_counter() - t0
-    files = {q.relative_to(model).as_posix(): q.read_bytes() for q in sorted(model.rglob("*")) if q.is_file()}
+    files = {
+        q.relative_to(model).as_posix(): q.read_bytes()
+        for q in sorted(model.rglob("*"))
+        if q.is_file()
+    }
     parquet = {k: len(v) for k, v in files.items() if k.endswith(".parquet")}
     template = scratch / "template.duckdb"
     t0 = time.perf_counter()
@@ -146,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     per_head_bytes = sum(parquet.values()) / n_heads  # the k files counted once for their GQA group
 
     t0 = time.perf_counter()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     start_s = time.perf_counter() - t0
@@ -155,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for i in range(args.repeat):  # alternate, so both see the same background load
             runs["pool"].append(_run(template, scratch, f"pool{i}", workers=args.workers))
-            runs["ray"].append(_run(template, scratch, f"ray{i}", executor="ray", ray_address=cluster.address))
+            runs["ray"].append(
+                _run(template, scratch, f"ray{i}", executor="ray", ray_address=cluster.address)
+            )
         identical = _results(runs["pool"][0]["db"]) == _results(runs["ray"][0]["db"])
 
         with HubStandIn("bench/corpus", {"bench": files}) as hub:
@@ -167,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
             remote["ingest_bytes"] = hub.bytes_sent()
             remote["ingest_requests"] = len(hub.requests)
             hub.clear_log()
-            remote["run"] = _run(rdb, scratch, "ray-remote", executor="ray", ray_address=cluster.address)
+            remote["run"] = _run(
+                rdb, scratch, "ray-remote", executor="ray", ray_address=cluster.address
+            )
             remote["compute_bytes"] = hub.bytes_sent()
             remote["identical"] = _results(remote["run"]["db"]) == _results(runs["pool"][0]["db"])
     finally:
@@ -197,11 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name in ("pool", "ray"):
         wall = best(name, "wall")
-        lines.append(f"| {name} | {wall:.2f} | {n_heads / wall:.1f} | "
-                     f"{1000 * best(name, 'parent_cpu') / n_heads:.1f} | {best(name, 'head_s'):.3f} |")
+        lines.append(
+            f"| {name} | {wall:.2f} | {n_heads / wall:.1f} | "
+            f"{1000 * best(name, 'parent_cpu') / n_heads:.1f} | {best(name, 'head_s'):.3f} |"
+        )
     rr = remote["run"]
-    lines.append(f"| ray, files read over HTTP (--remote) | {rr['wall']:.2f} | {n_heads / rr['wall']:.1f} | "
-                 f"{1000 * rr['parent_cpu'] / n_heads:.1f} | {rr['head_s']:.3f} |")
+    lines.append(
+        f"| ray, files read over HTTP (--remote) | {rr['wall']:.2f} | {n_heads / rr['wall']:.1f} | "
+        f"{1000 * rr['parent_cpu'] / n_heads:.1f} | {rr['head_s']:.3f} |"
+    )
     lines += [
         "",
         f"Tables identical (pool vs Ray): **{identical}**; Ray reading over HTTP vs pool: **{remote['identical']}**.",

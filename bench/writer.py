@@ -31,8 +31,13 @@ from __future__ import annotations
 
 import os
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-             "NUMEXPR_NUM_THREADS"):
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+):
     os.environ.setdefault(_var, "1")
 
 import argparse
@@ -61,15 +66,32 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--unit", type=int, default=4, help="heads per unit of work (GQA group)")
     p.add_argument("--rows", type=int, default=8000, help="vectors per q and k file")
     p.add_argument("--d", type=int, default=128, help="head dimension")
-    p.add_argument("--batch", default="4,16,64,256,1024", help="batch sizes (heads) of the ceiling runs")
-    p.add_argument("--pace", type=float, default=9.7, help="heads/s at which results arrive in the pace run")
+    p.add_argument(
+        "--batch", default="4,16,64,256,1024", help="batch sizes (heads) of the ceiling runs"
+    )
+    p.add_argument(
+        "--pace", type=float, default=9.7, help="heads/s at which results arrive in the pace run"
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
-    p.add_argument("--out", type=Path, default=OUT, help="scratch folder (cached model, warehouses)")
-    p.add_argument("--md", type=Path, default=None,
-                   help="write the report here (default: bench/writer_results.md; --quick: OUT/writer-quick.md)")
+    p.add_argument(
+        "--out", type=Path, default=OUT, help="scratch folder (cached model, warehouses)"
+    )
+    p.add_argument(
+        "--md",
+        type=Path,
+        default=None,
+        help="write the report here (default: bench/writer_results.md; --quick: OUT/writer-quick.md)",
+    )
     a = p.parse_args(argv)
     if a.quick:
-        a.heads, a.long, a.unique, a.rows, a.d, a.repeat = min(a.heads, 40), min(a.long, 80), 4, 400, 32, 1
+        a.heads, a.long, a.unique, a.rows, a.d, a.repeat = (
+            min(a.heads, 40),
+            min(a.long, 80),
+            4,
+            400,
+            32,
+            1,
+        )
         a.batch = "4,16"
     a.md = a.md or (a.out / "writer-quick.md" if a.quick else REPO / "bench" / "writer_results.md")
     return a
@@ -89,8 +111,17 @@ def _prepare(a: argparse.Namespace):
     from qkwh.params import ANALYSES, RunConfig
     from qkwh.synth import write_dataset
 
-    shape = dict(n_layers=max(a.unique // 4, 1), n_q_heads=4, n_kv_heads=1, d=a.d, rows_per_file=a.rows,
-                 n_examples=500 if not a.quick else 16, context_length=131072, bucket_size=8192, seed=0)
+    shape = dict(
+        n_layers=max(a.unique // 4, 1),
+        n_q_heads=4,
+        n_kv_heads=1,
+        d=a.d,
+        rows_per_file=a.rows,
+        n_examples=500 if not a.quick else 16,
+        context_length=131072,
+        bucket_size=8192,
+        seed=0,
+    )
     code = hashlib.sha256((REPO / "qkwh" / "synth.py").read_bytes()).hexdigest()[:8]
     key = hashlib.sha256(repr(sorted(shape.items())).encode()).hexdigest()[:10] + "-" + code
     root = a.out / "data" / f"writer-{key}"
@@ -129,13 +160,19 @@ def _replicate(outcomes, n: int, unit: int):
         layer, q_head = 1000 + i // 64, i % 64
         tables = {}
         for name, t in o.tables.items():
-            t = t.set_column(t.schema.get_field_index("layer"), "layer",
-                             pa.array([layer] * t.num_rows, pa.int32()))
-            tables[name] = t.set_column(t.schema.get_field_index("q_head"), "q_head",
-                                        pa.array([q_head] * t.num_rows, pa.int32()))
+            t = t.set_column(
+                t.schema.get_field_index("layer"),
+                "layer",
+                pa.array([layer] * t.num_rows, pa.int32()),
+            )
+            tables[name] = t.set_column(
+                t.schema.get_field_index("q_head"),
+                "q_head",
+                pa.array([q_head] * t.num_rows, pa.int32()),
+            )
         u = dataclasses.replace(o.unit, layer=layer, q_head=q_head)
         heads.append(dataclasses.replace(o, unit=u, tables=tables))
-    return [heads[i:i + unit] for i in range(0, n, unit)]
+    return [heads[i : i + unit] for i in range(0, n, unit)]
 
 
 class _Clock:
@@ -146,7 +183,9 @@ class _Clock:
         return self.now
 
 
-def _run(base: Path, scratch: Path, config_ids, units, *, max_heads: int, pace: float | None = None):
+def _run(
+    base: Path, scratch: Path, config_ids, units, *, max_heads: int, pace: float | None = None
+):
     """Write ``units`` through a BatchWriter on a fresh copy of ``base``: (writer seconds, batches,
     per-batch (heads, seconds))."""
     from qkwh.compute import writer as writer_mod
@@ -163,8 +202,14 @@ def _run(base: Path, scratch: Path, config_ids, units, *, max_heads: int, pace: 
     clock = _Clock()
     real = writer_mod.time.monotonic
     batches: list[tuple[int, float]] = []
-    w = writer_mod.BatchWriter(db, config_ids, set(), catalog=catalog, max_heads=max_heads,
-                               max_seconds=30.0 if pace else 1e9)
+    w = writer_mod.BatchWriter(
+        db,
+        config_ids,
+        set(),
+        catalog=catalog,
+        max_heads=max_heads,
+        max_seconds=30.0 if pace else 1e9,
+    )
     flush = w.flush
 
     def timed_flush():
@@ -211,18 +256,29 @@ def main(argv: list[str] | None = None) -> int:
     lines: list[str] = []
     ceiling = []
     for b in [int(x) for x in a.batch.split(",") if x.strip()]:
-        best = min((_run(base, scratch, config_ids, units, max_heads=b) for _ in range(a.repeat)),
-                   key=lambda r: r[0])
+        best = min(
+            (_run(base, scratch, config_ids, units, max_heads=b) for _ in range(a.repeat)),
+            key=lambda r: r[0],
+        )
         secs, nb, batches = best
         steady = [s / h for h, s in batches if h == b]
-        ceiling.append((b, secs, nb, secs / a.heads * 1e3, statistics.median(steady) * 1e3 if steady else None))
+        ceiling.append(
+            (b, secs, nb, secs / a.heads * 1e3, statistics.median(steady) * 1e3 if steady else None)
+        )
         _log(f"batch {b}: {a.heads / secs:.0f} heads/s")
-    pace = min((_run(base, scratch, config_ids, units, max_heads=1024, pace=a.pace) for _ in range(a.repeat)),
-               key=lambda r: r[0])
+    pace = min(
+        (
+            _run(base, scratch, config_ids, units, max_heads=1024, pace=a.pace)
+            for _ in range(a.repeat)
+        ),
+        key=lambda r: r[0],
+    )
     long_rows = []
     if a.long:
         bmax = max(int(x) for x in a.batch.split(",") if x.strip())
-        secs, nb, batches = _run(base, scratch, config_ids, _replicate(outcomes, a.long, a.unit), max_heads=bmax)
+        secs, nb, batches = _run(
+            base, scratch, config_ids, _replicate(outcomes, a.long, a.unit), max_heads=bmax
+        )
         tenth = max(len(batches) // 10, 1)
         first = sum(s for _, s in batches[:tenth]) / sum(h for h, _ in batches[:tenth]) * 1e3
         last = sum(s for _, s in batches[-tenth:]) / sum(h for h, _ in batches[-tenth:]) * 1e3
@@ -247,14 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         "Writer time = open the warehouse, check the catalog, concatenate, one INSERT per table, "
         "head_runs, current_config, commit, close; per batch. Batches start at one unit, then each "
         "is four times the last, up to the batch size (the runner's ramp), so small totals also pay "
-        "for a few small batches; \"full batches\" counts only the batches of the full size.",
+        'for a few small batches; "full batches" counts only the batches of the full size.',
         "",
         "| batch (heads) | heads | batches | writer s | ms/head | ms/head in full batches | heads/s |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for b, secs, nb, ms, steady in ceiling:
         full = f"{steady:.2f}" if steady is not None else "-"
-        lines.append(f"| {b} | {a.heads} | {nb} | {secs:.2f} | {ms:.2f} | {full} | {a.heads / secs:,.0f} |")
+        lines.append(
+            f"| {b} | {a.heads} | {nb} | {secs:.2f} | {ms:.2f} | {full} | {a.heads / secs:,.0f} |"
+        )
     lines += [
         "",
         f"Receiving (unpickling a unit's outcomes, as from the pool's pipe): {recv_ms:.2f} ms/head.",

@@ -261,12 +261,18 @@ def _run_dbt(
 
     args = [
         *command_args,
-        "--project-dir", str(DBT_PROJECT_DIR),
-        "--profiles-dir", str(profiles_dir),
-        "--target-path", str(target_path),
-        "--log-path", str(log_path),
-        "--log-level", "none",  # console output goes through the callback below
-        "--log-level-file", "debug",
+        "--project-dir",
+        str(DBT_PROJECT_DIR),
+        "--profiles-dir",
+        str(profiles_dir),
+        "--target-path",
+        str(target_path),
+        "--log-path",
+        str(log_path),
+        "--log-level",
+        "none",  # console output goes through the callback below
+        "--log-level-file",
+        "debug",
         "--no-use-colors",
         "--no-send-anonymous-usage-stats",
         "--no-version-check",
@@ -276,7 +282,9 @@ def _run_dbt(
 
     def on_event(event: Any) -> None:
         info = event.info
-        if interrupted.is_set():  # after Ctrl-C: dbt's cancel messages and traceback stay in its log file
+        if (
+            interrupted.is_set()
+        ):  # after Ctrl-C: dbt's cancel messages and traceback stay in its log file
             return
         if info.level in ("info", "warn", "error") and info.msg.strip():
             messages.append(info.msg)
@@ -286,12 +294,15 @@ def _run_dbt(
                 log.log(_LEVELS.get(info.level, logging.INFO), "%s", info.msg)
 
     t0 = time.perf_counter()
-    with _dbt_lock, _environment(
-        {
-            WAREHOUSE_ENV: str(warehouse),
-            "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-            "DO_NOT_TRACK": "1",
-        }
+    with (
+        _dbt_lock,
+        _environment(
+            {
+                WAREHOUSE_ENV: str(warehouse),
+                "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+                "DO_NOT_TRACK": "1",
+            }
+        ),
     ):
         try:
             with _noting_sigint(interrupted):
@@ -300,8 +311,10 @@ def _run_dbt(
             _release_duckdb()
     seconds = time.perf_counter() - t0
     if interrupted.is_set() or isinstance(res.exception, KeyboardInterrupt):
-        raise Interrupted(f"dbt {command} interrupted: marts built so far are kept, the others are as "
-                          f"before; run it again to finish (log: {log_path / 'dbt.log'})")
+        raise Interrupted(
+            f"dbt {command} interrupted: marts built so far are kept, the others are as "
+            f"before; run it again to finish (log: {log_path / 'dbt.log'})"
+        )
 
     nodes = _node_results(res.result)
     result = BuildResult(
@@ -316,9 +329,13 @@ def _run_dbt(
     )
     texts = [str(res.exception or "")] + [n.message or "" for n in nodes] + messages
     if any(_is_lock_message(t) for t in texts):
-        raise WarehouseLockedError(_lock_message(warehouse, next(t for t in texts if _is_lock_message(t))))
+        raise WarehouseLockedError(
+            _lock_message(warehouse, next(t for t in texts if _is_lock_message(t)))
+        )
     if res.exception is not None and not nodes:
-        raise QkwhError(f"dbt {command} could not run: {_one_line(str(res.exception))} (log: {log_path / 'dbt.log'})")
+        raise QkwhError(
+            f"dbt {command} could not run: {_one_line(str(res.exception))} (log: {log_path / 'dbt.log'})"
+        )
     return result
 
 
@@ -343,7 +360,12 @@ def _noting_sigint(flag: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def _release_duckdb() -> None:

@@ -37,6 +37,7 @@ def _tagged(tag: str, style: str, text: object) -> Text:
     """``tag`` in ``style``, then ``text`` as it is (no markup)."""
     return Text.assemble((tag, style), " ", str(text))
 
+
 def _print_version(value: bool) -> None:
     if value:
         from qkwh import __version__
@@ -47,17 +48,30 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
     pass
 
 
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (needed when stdin is not a terminal).")]
+YesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--yes", "-y", help="Delete without asking (needed when stdin is not a terminal)."
+    ),
+]
 
 WarehouseOpt = Annotated[
     Path | None,
-    typer.Option("--warehouse", "-w", help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory)."),
+    typer.Option(
+        "--warehouse",
+        "-w",
+        help="Warehouse file (default: $QKWH_WAREHOUSE, else ./qkwh.duckdb in the working directory).",
+    ),
 ]
 
 
@@ -88,8 +102,10 @@ def _existing_warehouse(warehouse: Path | None) -> Path:
 
     wh = store.resolve_warehouse(warehouse)
     if not wh.is_file():
-        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
-                            "(or set $QKWH_WAREHOUSE)")
+        raise NotFoundError(
+            f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
+            "(or set $QKWH_WAREHOUSE)"
+        )
     return wh
 
 
@@ -106,7 +122,9 @@ def _confirm(what: str, yes: bool) -> None:
     if yes:
         return
     if not _interactive():
-        raise InputError("not confirmed: pass --yes to delete this (stdin is not a terminal); nothing was deleted")
+        raise InputError(
+            "not confirmed: pass --yes to delete this (stdin is not a terminal); nothing was deleted"
+        )
     if not typer.confirm("delete it?", default=False, err=True):
         raise QkwhError("cancelled; nothing was deleted")
 
@@ -119,13 +137,54 @@ def _confirm(what: str, yes: bool) -> None:
 @app.command()
 @_friendly
 def ingest(
-    sources: Annotated[list[str], typer.Argument(help="Sniffed dataset folder(s), or hf://datasets/OWNER/NAME@BRANCH (several branches: list them, or --all-branches).")],
-    model_id: Annotated[str | None, typer.Option("--model-id", help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.")] = None,
-    remote: Annotated[bool, typer.Option("--remote", help="Catalog Hub branches in place: read the listing, metadata, parquet footers and integer columns over the network, store hf:// URIs; nothing is downloaded and compute workers stream their own files.")] = False,
-    all_branches: Annotated[bool, typer.Option("--all-branches", help="Ingest every branch of each hf://datasets/OWNER/NAME given (one progress bar; branches whose commit is already cataloged are skipped).")] = False,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).")] = None,
-    family: Annotated[str | None, typer.Option("--family", help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).")] = None,
-    label: Annotated[str | None, typer.Option("--label", help="Display name of the model in reports and marts (default: the model id; one source only).")] = None,
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="Sniffed dataset folder(s), or hf://datasets/OWNER/NAME@BRANCH (several branches: list them, or --all-branches)."
+        ),
+    ],
+    model_id: Annotated[
+        str | None,
+        typer.Option(
+            "--model-id",
+            help="Model id to register under, needed when the model is not in the registry (configs/models.csv); one source only. Letters, digits, '.', '_', '-'.",
+        ),
+    ] = None,
+    remote: Annotated[
+        bool,
+        typer.Option(
+            "--remote",
+            help="Catalog Hub branches in place: read the listing, metadata, parquet footers and integer columns over the network, store hf:// URIs; nothing is downloaded and compute workers stream their own files.",
+        ),
+    ] = False,
+    all_branches: Annotated[
+        bool,
+        typer.Option(
+            "--all-branches",
+            help="Ingest every branch of each hf://datasets/OWNER/NAME given (one progress bar; branches whose commit is already cataloged are skipped).",
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="Hugging Face cache folder for downloaded Hub sources (default: the HF cache).",
+        ),
+    ] = None,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            "--family",
+            help="Model family for reports and family-level marts (wins over configs/models.csv; one source only).",
+        ),
+    ] = None,
+    label: Annotated[
+        str | None,
+        typer.Option(
+            "--label",
+            help="Display name of the model in reports and marts (default: the model id; one source only).",
+        ),
+    ] = None,
     yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -143,17 +202,33 @@ def ingest(
     if len(sources) == 1 and not all_branches:
         from qkwh.ingest import ingest as run
 
-        report = run(sources[0], warehouse=warehouse, model_id=model_id, cache_dir=cache_dir, remote=remote,
-                     family=family, label=label, on_progress=lambda m: err.print(m, style="dim"),
-                     confirm=lambda what: _confirm(what, yes))
+        report = run(
+            sources[0],
+            warehouse=warehouse,
+            model_id=model_id,
+            cache_dir=cache_dir,
+            remote=remote,
+            family=family,
+            label=label,
+            on_progress=lambda m: err.print(m, style="dim"),
+            confirm=lambda what: _confirm(what, yes),
+        )
         _print_ingest(report)
         return
     if model_id is not None:
-        raise InputError("--model-id names one model: give one source (branches take their ids from the registry)")
+        raise InputError(
+            "--model-id names one model: give one source (branches take their ids from the registry)"
+        )
     if family is not None or label is not None:
         raise InputError("--family / --label describe one model: give one source")
-    _ingest_many(sources, all_branches=all_branches, remote=remote, cache_dir=cache_dir, warehouse=warehouse,
-                 confirm=lambda what: _confirm(what, yes))
+    _ingest_many(
+        sources,
+        all_branches=all_branches,
+        remote=remote,
+        cache_dir=cache_dir,
+        warehouse=warehouse,
+        confirm=lambda what: _confirm(what, yes),
+    )
 
 
 def _print_ingest(report) -> None:
@@ -168,31 +243,52 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
 
     from qkwh.ingest import ingest_many
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
         state: dict = {}
 
         def on_done(o) -> None:
             progress.advance(state["task"])
             if o.skipped:
-                out.print(f"{o.source}: unchanged (commit already cataloged); skipped", highlight=False)
+                out.print(
+                    f"{o.source}: unchanged (commit already cataloged); skipped", highlight=False
+                )
             elif o.report is not None:
                 _print_ingest(o.report)
             else:
-                err.print(_tagged("failed", "red", f"{o.source}: {o.error}"), highlight=False, soft_wrap=True)
+                err.print(
+                    _tagged("failed", "red", f"{o.source}: {o.error}"),
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
         outcomes = ingest_many(
-            sources, **kwargs,
-            on_start=lambda n: state.setdefault("task", progress.add_task("ingesting branches", total=n)),
+            sources,
+            **kwargs,
+            on_start=lambda n: state.setdefault(
+                "task", progress.add_task("ingesting branches", total=n)
+            ),
             on_source=lambda src: progress.update(state["task"], description=f"ingesting {src}"),
-            on_done=on_done, on_progress=lambda m: progress.console.print(m, style="dim", highlight=False))
+            on_done=on_done,
+            on_progress=lambda m: progress.console.print(m, style="dim", highlight=False),
+        )
         progress.update(state["task"], description="ingested")
     failed = [o for o in outcomes if o.error is not None]
     skipped = sum(o.skipped for o in outcomes)
-    out.print(f"{len(outcomes) - len(failed) - skipped} ingested, {skipped} skipped unchanged, {len(failed)} failed")
+    out.print(
+        f"{len(outcomes) - len(failed) - skipped} ingested, {skipped} skipped unchanged, {len(failed)} failed"
+    )
     if failed:
         codes = {o.error.exit_code for o in failed}  # type: ignore[union-attr]
-        error = QkwhError(f"{len(failed)} of {len(outcomes)} source(s) failed (listed above); the others were ingested")
+        error = QkwhError(
+            f"{len(failed)} of {len(outcomes)} source(s) failed (listed above); the others were ingested"
+        )
         error.exit_code = codes.pop() if len(codes) == 1 else 1
         raise error
 
@@ -268,9 +364,28 @@ def remove(
 @app.command()
 @_friendly
 def sql(
-    query: Annotated[str, typer.Argument(help="One SQL query: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW or SUMMARIZE (the warehouse is opened read-only; nothing is written).")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table (for reading), csv or json (every row and column, for other tools).")] = "table",
-    max_rows: Annotated[int, typer.Option("--max-rows", "-n", help="With --format table: rows shown (0 = all). csv and json always hold every row.")] = 40,
+    query: Annotated[
+        str,
+        typer.Argument(
+            help="One SQL query: SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW or SUMMARIZE (the warehouse is opened read-only; nothing is written)."
+        ),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table (for reading), csv or json (every row and column, for other tools).",
+        ),
+    ] = "table",
+    max_rows: Annotated[
+        int,
+        typer.Option(
+            "--max-rows",
+            "-n",
+            help="With --format table: rows shown (0 = all). csv and json always hold every row.",
+        ),
+    ] = 40,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run one read-only SQL query against the warehouse and print the result.
@@ -366,7 +481,9 @@ def _write_json(columns: list[str], reader) -> None:
 
     sys.stdout.write("[")
     for i, row in enumerate(_batches(reader)):
-        sys.stdout.write(("," if i else "") + "\n" + json.dumps(dict(zip(columns, map(clean, row))), default=str))
+        sys.stdout.write(
+            ("," if i else "") + "\n" + json.dumps(dict(zip(columns, map(clean, row))), default=str)
+        )
     sys.stdout.write("\n]\n")
 
 
@@ -381,7 +498,7 @@ def _print_table(columns: list[str], reader, max_rows: int) -> None:
     for row in _batches(reader):
         total += 1
         if not max_rows or len(rows) < max_rows:
-            rows.append(row[:len(shown_cols)])
+            rows.append(row[: len(shown_cols)])
     table = Table(*shown_cols)
     for col in table.columns:
         col.overflow = "ellipsis"
@@ -394,9 +511,14 @@ def _print_table(columns: list[str], reader, max_rows: int) -> None:
     if len(rows) < total:
         cut.append(f"{len(rows):,} of {total:,} rows (--max-rows 0 shows all)")
     if len(shown_cols) < len(columns):
-        cut.append(f"{len(shown_cols)} of {len(columns)} columns (left out: {', '.join(columns[len(shown_cols):])})")
+        cut.append(
+            f"{len(shown_cols)} of {len(columns)} columns (left out: {', '.join(columns[len(shown_cols) :])})"
+        )
     if cut:
-        out.print(f"showing {' and '.join(cut)}; --format csv or json prints every row and column", highlight=False)
+        out.print(
+            f"showing {' and '.join(cut)}; --format csv or json prints every row and column",
+            highlight=False,
+        )
     else:
         out.print(f"{total:,} row(s)", highlight=False)
 
@@ -414,9 +536,16 @@ def _warn_stale(con, *, query: str | None = None, models: list[str] | None = Non
     if query is None:
         for s in status.list_sets(con, models):
             if s.is_current and s.partial:
-                err.print(_tagged("warning:", "yellow", f"{s.model_id}: the current {s.analysis} set {s.label} covers "
-                                  f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)"),
-                          highlight=False, soft_wrap=True)
+                err.print(
+                    _tagged(
+                        "warning:",
+                        "yellow",
+                        f"{s.model_id}: the current {s.analysis} set {s.label} covers "
+                        f"{s.n_heads} of {s.n_analysable} heads (partial: `qkwh compute` to complete it)",
+                    ),
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,16 +562,80 @@ def _split(values: list[str] | None) -> list[str] | None:
 @app.command()
 @_friendly
 def compute(
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all).")] = None,
-    analyses: Annotated[str | None, typer.Option("--analyses", "-a", help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", "-j", help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Recompute heads even when inputs and parameters are unchanged.")] = False,
-    name: Annotated[str | None, typer.Option("--name", "-n", help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.")] = None,
-    keep_current: Annotated[bool, typer.Option("--keep-current", help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.")] = False,
-    executor: Annotated[str | None, typer.Option("--executor", "-e", help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.")] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model", "-m", help="Model id(s) to compute (repeat or comma-separate; default: all)."
+        ),
+    ] = None,
+    analyses: Annotated[
+        str | None,
+        typer.Option(
+            "--analyses",
+            "-a",
+            help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-j",
+            help="Worker processes of the local pool (default: CPU count; 1 = in-process). A Ray cluster uses all its CPUs.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Run config YAML overriding the shipped defaults (configs/run.yaml; see docs/README.md).",
+        ),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-p",
+            help="Override a parameter, e.g. -p plasticity.cov_mode=diag (repeatable).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Recompute heads even when inputs and parameters are unchanged."
+        ),
+    ] = False,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            "-n",
+            help="Name this parameter set (recorded in run_config; see `qkwh runs`). With a name already held and no --config/--param, compute more heads of that set with its parameters.",
+        ),
+    ] = None,
+    keep_current: Annotated[
+        bool,
+        typer.Option(
+            "--keep-current",
+            help="Do not make this set the one the marts report (a model without a current set still gets it); `qkwh runs use` switches later.",
+        ),
+    ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            "-e",
+            help="Where the heads are computed: pool (local worker processes) or ray (a Ray cluster; pip install 'qkwh\\[ray]'). Default: the run config's executor, else pool.",
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.",
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
@@ -473,15 +666,27 @@ def compute(
 
         check_name(name)
     wh = _existing_warehouse(warehouse)
-    cfg, covered = _named_config(name, wh) if name is not None and config is None and not param else (None, None)
+    cfg, covered = (
+        _named_config(name, wh)
+        if name is not None and config is None and not param
+        else (None, None)
+    )
     cfg = cfg or load_run_config(config, param)
-    names = tuple(_split([analyses]) or []) if analyses is not None else covered  # a named set: its analyses
+    names = (
+        tuple(_split([analyses]) or []) if analyses is not None else covered
+    )  # a named set: its analyses
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names, cfg)
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err,
-                  transient=False) as progress:
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    ) as progress:
         state: dict = {}
 
         def on_start(n: int) -> None:
@@ -494,12 +699,25 @@ def compute(
             if task.elapsed:
                 progress.update(t, rate=f"{task.completed / task.elapsed:.1f} heads/s")
 
-        report = run(wh, models=scope, analyses=names, config=cfg, workers=workers,
-                     executor=kind, ray_address=ray_address or execution["ray_address"],
-                     force=force, name=name, make_current=not keep_current, on_start=on_start, on_head=on_head)
+        report = run(
+            wh,
+            models=scope,
+            analyses=names,
+            config=cfg,
+            workers=workers,
+            executor=kind,
+            ray_address=ray_address or execution["ray_address"],
+            force=force,
+            name=name,
+            make_current=not keep_current,
+            on_start=on_start,
+            on_head=on_head,
+        )
     label = f"set {name}: " if name else ""
-    out.print(f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
-              f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})")
+    out.print(
+        f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
+        f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})"
+    )
     if report.failures:
         for label, error in report.failures[:10]:
             err.print(_tagged("failed", "red", f"{label}: {error}"), highlight=False)
@@ -533,15 +751,22 @@ def _models_with_files(wh: Path, models: list[str] | None):
     finally:
         con.close()
     for model_id in sorted(missing):
-        err.print(store.missing_files_message(model_id, *missing[model_id]), highlight=False, soft_wrap=True)
+        err.print(
+            store.missing_files_message(model_id, *missing[model_id]),
+            highlight=False,
+            soft_wrap=True,
+        )
     names = sorted(missing)
     error = MissingFilesError(
         f"{len(names)} model(s) left out because their files are missing: {', '.join(names)} (fix listed above)"
-        if len(names) > 1 else store.missing_files_message(names[0], *missing[names[0]]))
+        if len(names) > 1
+        else store.missing_files_message(names[0], *missing[names[0]])
+    )
     scope = [m for m in (models or known) if m not in missing]
     if not scope:
         raise error
     return scope, error
+
 
 def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | None, cfg) -> None:
     """--force recomputes heads already computed with these parameters (this parameter set; other
@@ -554,15 +779,20 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
     config_ids = [cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.names())]
     con = store.connect(wh, read_only=True)
     try:
-        n = con.execute("SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "  # type: ignore[index]
-                        "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, config_id))",
-                        [models or None, config_ids]).fetchone()[0]
+        n = con.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "  # type: ignore[index]
+            "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, config_id))",
+            [models or None, config_ids],
+        ).fetchone()[0]
     finally:
         con.close()
     if n:
         which = f" ({', '.join(analyses)})" if analyses else ""
-        err.print(f"--force: the stored results of {n} computed head(s){which} are recomputed "
-                  "and replaced as each head is written", highlight=False)
+        err.print(
+            f"--force: the stored results of {n} computed head(s){which} are recomputed "
+            "and replaced as each head is written",
+            highlight=False,
+        )
 
 
 def _named_config(name: str, warehouse):
@@ -598,7 +828,10 @@ runs_app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(runs_app, name="runs")
-ModelsOpt = Annotated[list[str] | None, typer.Option("--model", "-m", help="Only these models (repeat or comma-separate).")]
+ModelsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--model", "-m", help="Only these models (repeat or comma-separate)."),
+]
 
 
 def _param_summary(s) -> str:
@@ -637,12 +870,29 @@ def _runs_list(model, warehouse) -> None:
         sets = list_sets(con, _split(model))
     finally:
         con.close()
-    table = Table("model_id", "analysis", "current", "name", "config_id", "heads", "parameters (non-default)",
-                  "created (UTC)", title="parameter sets (current = what the marts report)")
+    table = Table(
+        "model_id",
+        "analysis",
+        "current",
+        "name",
+        "config_id",
+        "heads",
+        "parameters (non-default)",
+        "created (UTC)",
+        title="parameter sets (current = what the marts report)",
+    )
     for s in sets:
         heads = f"{s.n_heads}/{s.n_analysable}" + (" partial" if s.partial else "")
-        table.add_row(s.model_id, s.analysis, "*" if s.is_current else "", s.name or "", s.config_id, heads,
-                      _param_summary(s), f"{s.created_at:%Y-%m-%d %H:%M}" if s.created_at else "")
+        table.add_row(
+            s.model_id,
+            s.analysis,
+            "*" if s.is_current else "",
+            s.name or "",
+            s.config_id,
+            heads,
+            _param_summary(s),
+            f"{s.created_at:%Y-%m-%d %H:%M}" if s.created_at else "",
+        )
     out.print(table)
     if not sets:
         out.print("no computed results yet: `qkwh compute`")
@@ -651,9 +901,16 @@ def _runs_list(model, warehouse) -> None:
 @runs_app.command("use")
 @_friendly
 def runs_use(
-    ref: Annotated[str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")],
+    ref: Annotated[
+        str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")
+    ],
     model: ModelsOpt = None,
-    analysis: Annotated[list[str] | None, typer.Option("--analysis", "-a", help="Only these analyses (default: every analysis of the set).")] = None,
+    analysis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--analysis", "-a", help="Only these analyses (default: every analysis of the set)."
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Make a set the one the marts report, for every model holding it (or --model).  Then run
@@ -664,7 +921,9 @@ def runs_use(
     done = use(warehouse, ref, _split(model), _split(analysis))
     con = store.connect(warehouse, read_only=True)
     try:
-        names = dict(con.execute("SELECT config_id, name FROM run_config WHERE name IS NOT NULL").fetchall())
+        names = dict(
+            con.execute("SELECT config_id, name FROM run_config WHERE name IS NOT NULL").fetchall()
+        )
     finally:
         con.close()
     for m, a, c in done:
@@ -675,9 +934,13 @@ def runs_use(
 @runs_app.command("drop")
 @_friendly
 def runs_drop(
-    ref: Annotated[str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")],
+    ref: Annotated[
+        str, typer.Argument(help="The set: its name, config_id or a unique config_id prefix.")
+    ],
     model: ModelsOpt = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not interactive).")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask (needed when not interactive).")
+    ] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Delete a set's per-head rows (and head_runs), in one transaction.  The current set of a
@@ -694,11 +957,15 @@ def runs_drop(
         con.close()
     total = sum(counts.values())
     what = ", ".join(f"{n:,} from {t}" for t, n in counts.items() if n)
-    out.print(f"dropping set {ref}{' in ' + ', '.join(models) if models else ''}: {total:,} rows ({what or 'none'})",
-              highlight=False)
+    out.print(
+        f"dropping set {ref}{' in ' + ', '.join(models) if models else ''}: {total:,} rows ({what or 'none'})",
+        highlight=False,
+    )
     if not yes:
         if not sys.stdin.isatty():
-            raise InputError("dropping a parameter set deletes rows: pass --yes to confirm (not interactive)")
+            raise InputError(
+                "dropping a parameter set deletes rows: pass --yes to confirm (not interactive)"
+            )
         if not typer.confirm("delete them?", default=False):
             raise typer.Exit(1)
     counts = drop(warehouse, ref, models)
@@ -727,9 +994,16 @@ def runs_diff(
         if d.config_a is None or d.config_b is None:  # an analysis only one of the sets covers
             only = "A" if d.config_b is None else "B"
             default = _flatten(RunConfig().analysis_params(d.analysis))
-            values = " ".join(f"{k}={v}" for k, v in d.only_params.items() if default.get(k) != v) or "defaults"
-            table.add_row(d.analysis, f"(only in {only})", values if only == "A" else "not computed",
-                          values if only == "B" else "not computed")
+            values = (
+                " ".join(f"{k}={v}" for k, v in d.only_params.items() if default.get(k) != v)
+                or "defaults"
+            )
+            table.add_row(
+                d.analysis,
+                f"(only in {only})",
+                values if only == "A" else "not computed",
+                values if only == "B" else "not computed",
+            )
             continue
         if d.code_a != d.code_b:
             table.add_row(d.analysis, "code_version", str(d.code_a), str(d.code_b))
@@ -753,7 +1027,9 @@ def status(
 
     con = store.connect(_existing_warehouse(warehouse), read_only=True)
     try:
-        con.execute("SET python_enable_replacements = false")  # a table name never finds a Python variable
+        con.execute(
+            "SET python_enable_replacements = false"
+        )  # a table name never finds a Python variable
         models, staleness = st.status(con)
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]
@@ -765,7 +1041,9 @@ def status(
         if not models:
             out.print("no models yet: `qkwh ingest SOURCE`")
         if staleness.built_at:
-            out.print(f"marts last built {staleness.built_at:%Y-%m-%d %H:%M:%S} UTC", highlight=False)
+            out.print(
+                f"marts last built {staleness.built_at:%Y-%m-%d %H:%M:%S} UTC", highlight=False
+            )
         _warn_stale(con, models=wanted)
     finally:
         con.close()
@@ -780,10 +1058,12 @@ def _synth_help() -> str:
     from qkwh.synth import SYNTH_KNOBS, knob_defaults
 
     knobs = "\n".join(f"* {k} = {v:g}: {SYNTH_KNOBS[k]}" for k, v in knob_defaults().items())
-    return ("Write a synthetic sniffed dataset with planted geometry.\n\n"
-            "Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA, "
-            "uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.\n\n"
-            f"Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):\n\n{knobs}")
+    return (
+        "Write a synthetic sniffed dataset with planted geometry.\n\n"
+        "Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA, "
+        "uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.\n\n"
+        f"Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):\n\n{knobs}"
+    )
 
 
 @app.command(help=_synth_help())
@@ -799,7 +1079,13 @@ def synth(
     context_length: Annotated[int, typer.Option(help="Context length in tokens.")] = 8192,
     bucket_size: Annotated[int, typer.Option(help="Uniform bucket size in tokens.")] = 512,
     seed: Annotated[int, typer.Option(help="Seed: the same seed writes the same bytes.")] = 0,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).",
+        ),
+    ] = None,
 ) -> None:
     from qkwh.errors import InputError, did_you_mean
     from qkwh.synth import SYNTH_KNOBS, write_dataset
@@ -810,16 +1096,28 @@ def synth(
         if not sep:
             raise InputError(f"--set {item!r}: expected key=value")
         if key.strip() not in SYNTH_KNOBS:
-            raise InputError(f"--set: unknown knob {key.strip()!r}{did_you_mean(key.strip(), SYNTH_KNOBS)}; "
-                             f"the knobs are {', '.join(SYNTH_KNOBS)} (`qkwh synth --help`)")
+            raise InputError(
+                f"--set: unknown knob {key.strip()!r}{did_you_mean(key.strip(), SYNTH_KNOBS)}; "
+                f"the knobs are {', '.join(SYNTH_KNOBS)} (`qkwh synth --help`)"
+            )
         try:
             planted[key.strip()] = float(value)
         except ValueError:
             raise InputError(f"--set {item!r}: {value!r} is not a number") from None
     try:
-        root = write_dataset(out_dir, n_layers=layers, n_q_heads=q_heads, n_kv_heads=kv_heads, d=head_dim,
-                             rows_per_file=rows, n_examples=examples, context_length=context_length,
-                             bucket_size=bucket_size, seed=seed, **planted)
+        root = write_dataset(
+            out_dir,
+            n_layers=layers,
+            n_q_heads=q_heads,
+            n_kv_heads=kv_heads,
+            d=head_dim,
+            rows_per_file=rows,
+            n_examples=examples,
+            context_length=context_length,
+            bucket_size=bucket_size,
+            seed=seed,
+            **planted,
+        )
     except (TypeError, ValueError) as exc:
         raise InputError(f"synth: {exc}") from None
     out.print(f"wrote {root}")
@@ -833,24 +1131,97 @@ def synth(
 @app.command()
 @_friendly
 def capture(
-    model: Annotated[str, typer.Argument(help="A Hugging Face model folder, a Hub id OWNER/NAME (taken from the local cache when it is there), or a .gguf file.")],
-    texts: Annotated[list[str], typer.Option("--texts", "-t", help="Documents, one per example: text files or folders of them, one JSONL or parquet file, or hf://datasets/OWNER/NAME\\[@REVISION] (repeatable).")],
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder to write (sniffer layout); re-running the same command resumes an interrupted capture.")],
-    max_length: Annotated[int | None, typer.Option("--max-length", help="Tokens per document after truncation (default: the model's max_position_embeddings).")] = None,
-    bucket_size: Annotated[int | None, typer.Option("--bucket-size", help="Bucket size in tokens (default: max length / 16); must divide --max-length for uniform/all.")] = None,
-    sampler: Annotated[str, typer.Option("--sampler", help="uniform, log_uniform or all.")] = "uniform",
-    base_rate: Annotated[float, typer.Option("--base-rate", help="Expected kept positions per bucket per document (uniform/log_uniform).")] = 1.0,
-    heads: Annotated[int, typer.Option("--heads", help="Query heads to sample (all if the model has fewer).")] = 300,
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A Hugging Face model folder, a Hub id OWNER/NAME (taken from the local cache when it is there), or a .gguf file."
+        ),
+    ],
+    texts: Annotated[
+        list[str],
+        typer.Option(
+            "--texts",
+            "-t",
+            help="Documents, one per example: text files or folders of them, one JSONL or parquet file, or hf://datasets/OWNER/NAME\\[@REVISION] (repeatable).",
+        ),
+    ],
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder to write (sniffer layout); re-running the same command resumes an interrupted capture.",
+        ),
+    ],
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            help="Tokens per document after truncation (default: the model's max_position_embeddings).",
+        ),
+    ] = None,
+    bucket_size: Annotated[
+        int | None,
+        typer.Option(
+            "--bucket-size",
+            help="Bucket size in tokens (default: max length / 16); must divide --max-length for uniform/all.",
+        ),
+    ] = None,
+    sampler: Annotated[
+        str, typer.Option("--sampler", help="uniform, log_uniform or all.")
+    ] = "uniform",
+    base_rate: Annotated[
+        float,
+        typer.Option(
+            "--base-rate",
+            help="Expected kept positions per bucket per document (uniform/log_uniform).",
+        ),
+    ] = 1.0,
+    heads: Annotated[
+        int, typer.Option("--heads", help="Query heads to sample (all if the model has fewer).")
+    ] = 300,
     head_seed: Annotated[int, typer.Option("--head-seed", help="Seed of the head sample.")] = 0,
-    examples: Annotated[int | None, typer.Option("--examples", "-n", help="At most this many documents (default: all).")] = None,
-    dtype: Annotated[str, typer.Option("--dtype", help="float32 or bfloat16 weights and activations.")] = "float32",
-    include_sliding: Annotated[bool, typer.Option("--include-sliding", help="Also sample heads of sliding-window layers (their files record the window); default: full-attention layers only.")] = False,
-    split: Annotated[str, typer.Option("--split", help="Split of a hf://datasets/ source.")] = "train",
-    subset: Annotated[str | None, typer.Option("--subset", help="Configuration (subset) of a hf://datasets/ source.")] = None,
-    text_column: Annotated[str, typer.Option("--text-column", help="Text field of a JSONL, parquet or Hub source.")] = "text",
-    id_column: Annotated[str | None, typer.Option("--id-column", help="Id field of a JSONL, parquet or Hub source (default: 'id' if present, else the row number).")] = None,
-    ingest_: Annotated[bool, typer.Option("--ingest", help="Register the capture in the warehouse when it is done.")] = False,
-    model_id: Annotated[str | None, typer.Option("--model-id", help="With --ingest: the model id (default: the --out folder's name).")] = None,
+    examples: Annotated[
+        int | None,
+        typer.Option("--examples", "-n", help="At most this many documents (default: all)."),
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="float32 or bfloat16 weights and activations.")
+    ] = "float32",
+    include_sliding: Annotated[
+        bool,
+        typer.Option(
+            "--include-sliding",
+            help="Also sample heads of sliding-window layers (their files record the window); default: full-attention layers only.",
+        ),
+    ] = False,
+    split: Annotated[
+        str, typer.Option("--split", help="Split of a hf://datasets/ source.")
+    ] = "train",
+    subset: Annotated[
+        str | None,
+        typer.Option("--subset", help="Configuration (subset) of a hf://datasets/ source."),
+    ] = None,
+    text_column: Annotated[
+        str, typer.Option("--text-column", help="Text field of a JSONL, parquet or Hub source.")
+    ] = "text",
+    id_column: Annotated[
+        str | None,
+        typer.Option(
+            "--id-column",
+            help="Id field of a JSONL, parquet or Hub source (default: 'id' if present, else the row number).",
+        ),
+    ] = None,
+    ingest_: Annotated[
+        bool,
+        typer.Option("--ingest", help="Register the capture in the warehouse when it is done."),
+    ] = False,
+    model_id: Annotated[
+        str | None,
+        typer.Option(
+            "--model-id", help="With --ingest: the model id (default: the --out folder's name)."
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Capture post-RoPE Q/K vectors of a local model into the sniffer layout.
@@ -868,12 +1239,31 @@ def capture(
 
     if model_id is not None and not ingest_:
         raise InputError("--model-id only applies with --ingest")
-    settings = CaptureSettings(model=model, texts=tuple(texts), max_length=max_length, bucket_size=bucket_size,
-                               sampler=sampler, base_rate=base_rate, heads=heads, head_seed=head_seed,
-                               examples=examples, dtype=dtype, include_sliding=include_sliding, split=split,
-                               text_column=text_column, id_column=id_column, subset=subset)
-    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=err) as progress:
+    settings = CaptureSettings(
+        model=model,
+        texts=tuple(texts),
+        max_length=max_length,
+        bucket_size=bucket_size,
+        sampler=sampler,
+        base_rate=base_rate,
+        heads=heads,
+        head_seed=head_seed,
+        examples=examples,
+        dtype=dtype,
+        include_sliding=include_sliding,
+        split=split,
+        text_column=text_column,
+        id_column=id_column,
+        subset=subset,
+    )
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as progress:
         state: dict = {"tokens": 0}
 
         def on_start(total: int, done: int) -> None:
@@ -887,14 +1277,23 @@ def capture(
             if elapsed:
                 progress.update(t, rate=f"{state['tokens'] / elapsed:,.0f} tokens/s")
 
-        report = run(settings, out_dir, on_start=on_start, on_example=on_example,
-                     on_message=lambda m: err.print(m, style="dim", highlight=False))
+        report = run(
+            settings,
+            out_dir,
+            on_start=on_start,
+            on_example=on_example,
+            on_message=lambda m: err.print(m, style="dim", highlight=False),
+        )
     out.print(report.summary(), highlight=False)
     if ingest_:
         from qkwh.ingest import ingest as run_ingest
 
-        rep = run_ingest(str(report.out), warehouse=warehouse, model_id=model_id or report.out.resolve().name,
-                         on_progress=lambda m: err.print(m, style="dim"))
+        rep = run_ingest(
+            str(report.out),
+            warehouse=warehouse,
+            model_id=model_id or report.out.resolve().name,
+            on_progress=lambda m: err.print(m, style="dim"),
+        )
         out.print(rep.summary())
         for f in rep.findings:
             if f.severity != "info":
@@ -909,7 +1308,9 @@ def capture(
 @app.command()
 @_friendly
 def build(
-    select: Annotated[str | None, typer.Option("--select", "-s", help="dbt node selection (default: everything).")] = None,
+    select: Annotated[
+        str | None, typer.Option("--select", "-s", help="dbt node selection (default: everything).")
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run `dbt build` on the warehouse (marts and all their tests).
@@ -940,8 +1341,15 @@ def _dbt_progress(wh: Path):
 
     from qkwh.build import dbt_work_dir
 
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=err, transient=True, disable=not err.is_terminal)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
     state: dict = {}
     lock = threading.Lock()  # dbt reports from its worker threads
 
@@ -954,15 +1362,22 @@ def _dbt_progress(wh: Path):
 
     def _on_node(line: str, total: int, what: str) -> None:
         if "task" not in state:
-            err.print(f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
-                      highlight=False, soft_wrap=True)
+            err.print(
+                f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
+                highlight=False,
+                soft_wrap=True,
+            )
             state["task"] = progress.add_task("dbt build", total=total)
         if what == "START":
             return
         progress.advance(state["task"])
         if what in ("ERROR", "FAIL", "WARN", "SKIP"):
-            progress.console.print(line.strip(), style="red" if what in ("ERROR", "FAIL") else "yellow",
-                                   highlight=False, soft_wrap=True)
+            progress.console.print(
+                line.strip(),
+                style="red" if what in ("ERROR", "FAIL") else "yellow",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     with progress:
         yield sink
@@ -981,11 +1396,21 @@ def docs(warehouse: WarehouseOpt = None) -> None:
 @app.command()
 @_friendly
 def export(
-    names: Annotated[list[str] | None, typer.Argument(help="Tables, views or marts to export.")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Tables, views or marts to export.")
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="parquet or csv.")] = "parquet",
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("export"),
-    legacy: Annotated[bool, typer.Option("--legacy", help="Also write the per-head CSVs older tools read (head_metrics.csv, head_bucket_plasticity.csv, head_component_weights.csv, rotated.csv, qk.csv).")] = False,
-    model: Annotated[str | None, typer.Option("--model", "-m", help="With --legacy: only this model.")] = None,
+    legacy: Annotated[
+        bool,
+        typer.Option(
+            "--legacy",
+            help="Also write the per-head CSVs older tools read (head_metrics.csv, head_bucket_plasticity.csv, head_component_weights.csv, rotated.csv, qk.csv).",
+        ),
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="With --legacy: only this model.")
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Write tables or marts to parquet/CSV files (one file per name)."""
@@ -1010,7 +1435,14 @@ def export(
 def compare(
     model_a: Annotated[str, typer.Argument(help="First model id (A).")],
     model_b: Annotated[str, typer.Argument(help="Second model id (B).")],
-    metric: Annotated[list[str] | None, typer.Option("--metric", "-m", help="Only these metrics (repeat or comma-separate; default: every compared metric).")] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            "-m",
+            help="Only these metrics (repeat or comma-separate; default: every compared metric).",
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -1039,13 +1471,28 @@ def compare(
     pct = f"{level:.0%}" if level is not None else ""
     label_a = next((r.label_a for r in rows if r.label_a), model_a)
     label_b = next((r.label_b for r in rows if r.label_b), model_b)
-    table = Table("metric", f"A = {label_a}", f"{pct} interval", f"B = {label_b}", f"{pct} interval",
-                  "A − B", f"{pct} interval", "verdict",
-                  title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap")
+    table = Table(
+        "metric",
+        f"A = {label_a}",
+        f"{pct} interval",
+        f"B = {label_b}",
+        f"{pct} interval",
+        "A − B",
+        f"{pct} interval",
+        "verdict",
+        title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap",
+    )
     for r in rows:
-        table.add_row(r.metric, num(r.estimate_a), fmt_interval(r.ci_low_a, r.ci_high_a),
-                      num(r.estimate_b), fmt_interval(r.ci_low_b, r.ci_high_b), num(r.difference),
-                      fmt_interval(r.ci_low, r.ci_high), r.verdict)
+        table.add_row(
+            r.metric,
+            num(r.estimate_a),
+            fmt_interval(r.ci_low_a, r.ci_high_a),
+            num(r.estimate_b),
+            fmt_interval(r.ci_low_b, r.ci_high_b),
+            num(r.difference),
+            fmt_interval(r.ci_low, r.ci_high),
+            r.verdict,
+        )
     out.print(table)
     if not rows:
         out.print("no metric compared for this pair")
@@ -1054,17 +1501,39 @@ def compare(
         out.print(f"note: {n}", highlight=False)
     n_boot = next((r.n_boot for r in rows if r.n_boot), None)
     if n_boot:
-        out.print(f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
-                  f"the interval of A − B holds 0", highlight=False)
+        out.print(
+            f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
+            f"the interval of A − B holds 0",
+            highlight=False,
+        )
 
 
 @app.command()
 @_friendly
 def report(
-    models: Annotated[list[str] | None, typer.Option("--models", "-m", help="Model ids to include (repeat or comma-separate; default: all).")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")] = None,
-    build_first: Annotated[bool, typer.Option("--build", help="Rebuild the marts first when they are stale (older than the per-head results or the catalog).")] = False,
-    static: Annotated[bool, typer.Option("--static", help="Also write a PNG and an SVG of every figure into figures/ (slower; the pages can save any figure as PNG or SVG too).")] = False,
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--models", "-m", help="Model ids to include (repeat or comma-separate; default: all)."
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output folder (default: ./reports/latest).")
+    ] = None,
+    build_first: Annotated[
+        bool,
+        typer.Option(
+            "--build",
+            help="Rebuild the marts first when they are stale (older than the per-head results or the catalog).",
+        ),
+    ] = False,
+    static: Annotated[
+        bool,
+        typer.Option(
+            "--static",
+            help="Also write a PNG and an SVG of every figure into figures/ (slower; the pages can save any figure as PNG or SVG too).",
+        ),
+    ] = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Render the figures into an offline HTML report (with --static, PNG and SVG files too).
@@ -1107,17 +1576,37 @@ def report(
     result = render(wh, out=target, models=_split(models), formats=("png", "svg") if static else ())
     out.print(result.summary(), highlight=False)
     for skipped in result.skipped:
-        out.print(f"  left out {skipped.id}: {skipped.reason}", highlight=False, style="red" if skipped.failed else None)
+        out.print(
+            f"  left out {skipped.id}: {skipped.reason}",
+            highlight=False,
+            style="red" if skipped.failed else None,
+        )
     out.print(f"report: {result.index}")
     if result.failed:
-        raise QkwhError(f"{len(result.failed)} figure(s) failed to render (listed above); the rest were written")
+        raise QkwhError(
+            f"{len(result.failed)} figure(s) failed to render (listed above); the rest were written"
+        )
 
 
 @app.command()
 @_friendly
 def demo(
-    warehouse: Annotated[Path | None, typer.Option("--warehouse", "-w", help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).")] = None,
+    warehouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--warehouse",
+            "-w",
+            help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.",
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Report folder: empty, new, or an earlier qkwh report (default: ./reports/demo).",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole pipeline on the embedded sample (what `make demo` runs).
 
@@ -1141,15 +1630,23 @@ def demo(
     plan = prepare(warehouse, out_dir)
     wh = plan.warehouse
     if plan.other_models:
-        out.print(f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
-                  f"the demo adds or refreshes only {SAMPLE_MODEL_ID}", highlight=False)
+        out.print(
+            f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
+            f"the demo adds or refreshes only {SAMPLE_MODEL_ID}",
+            highlight=False,
+        )
     t0 = time.perf_counter()
     rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
     out.print(_tagged("ingest ", "bold", rep.summary()))
     crep = run_compute(wh, models=[rep.model_id])
-    out.print(_tagged("compute", "bold",
-                      f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
-                      f"{crep.n_skipped} unchanged, {len(crep.failures)} failed"))
+    out.print(
+        _tagged(
+            "compute",
+            "bold",
+            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
+            f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
+        )
+    )
     if crep.failures:
         raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
     res = run_build(wh)
@@ -1162,14 +1659,24 @@ def demo(
         rows = con.execute(store.load_sql("demo_summary"), [rep.model_id]).fetchall()
     finally:
         con.close()
-    table = Table("model_id", "heads", "taxonomy (most common)", "mean |r_k_a|", "mean bias_strength",
-                  "ap_overall", "ap_drop", title="summary")
+    table = Table(
+        "model_id",
+        "heads",
+        "taxonomy (most common)",
+        "mean |r_k_a|",
+        "mean bias_strength",
+        "ap_overall",
+        "ap_drop",
+        title="summary",
+    )
     for r in rows:
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
     out.print(table)
     out.print(f"warehouse: {wh}", highlight=False)
-    out.print(f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)",
-              highlight=False)
+    out.print(
+        f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)",
+        highlight=False,
+    )
     out.print(f"done in {time.perf_counter() - t0:.0f} s")
     out.print("next, in this folder:")
     for line in next_steps(wh):
@@ -1185,7 +1692,12 @@ def commands_markdown() -> str:
 
     def first_sentence(text: str | None) -> str:
         para = " ".join(inspect.cleandoc(text or "").split("\n\n", 1)[0].split())
-        return re.split(r"(?<=[.?])\s", para, maxsplit=1)[0].rstrip(".").replace("\\[", "[").replace("|", "\\|")
+        return (
+            re.split(r"(?<=[.?])\s", para, maxsplit=1)[0]
+            .rstrip(".")
+            .replace("\\[", "[")
+            .replace("|", "\\|")
+        )
 
     rows = []
 

@@ -58,8 +58,12 @@ class MetricComparison:
         return {**asdict(self), "verdict": self.verdict}
 
 
-def compare(warehouse: str | os.PathLike[str] | None, model_a: str, model_b: str,
-            metrics: list[str] | None = None) -> list[MetricComparison]:
+def compare(
+    warehouse: str | os.PathLike[str] | None,
+    model_a: str,
+    model_b: str,
+    metrics: list[str] | None = None,
+) -> list[MetricComparison]:
     """The comparisons of ``model_a`` against ``model_b`` (one per metric, A - B).
 
     Raises NotFoundError (exit 4) for an unknown model or metric, naming the known ones,
@@ -72,8 +76,10 @@ def compare(warehouse: str | os.PathLike[str] | None, model_a: str, model_b: str
         present = set(store.table_names(con))
         missing = [m for m in MARTS if m not in present]
         if missing:
-            raise QkwhError(f"the warehouse {store.resolve_warehouse(warehouse)} has no "
-                            f"{' / '.join(missing)}: run `qkwh build` first")
+            raise QkwhError(
+                f"the warehouse {store.resolve_warehouse(warehouse)} has no "
+                f"{' / '.join(missing)}: run `qkwh build` first"
+            )
         known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
         unknown = [m for m in (model_a, model_b) if m not in known]
         if unknown:
@@ -81,16 +87,23 @@ def compare(warehouse: str | os.PathLike[str] | None, model_a: str, model_b: str
             named = ", ".join(f"{u!r}{did_you_mean(u, known)}" for u in unknown)
             raise NotFoundError(f"unknown model {named}; known models: {listed}")
         if metrics:
-            available = [r[0] for r in con.execute(
-                "SELECT DISTINCT metric FROM model_comparisons ORDER BY 1").fetchall()]
+            available = [
+                r[0]
+                for r in con.execute(
+                    "SELECT DISTINCT metric FROM model_comparisons ORDER BY 1"
+                ).fetchall()
+            ]
             bad = [m for m in metrics if m not in available]
             if bad:
                 raise NotFoundError(
                     f"no comparison for metric {', '.join(map(repr, bad))}; compared metrics: "
-                    f"{', '.join(available) or 'none'} (dbt var comparison_metrics)")
+                    f"{', '.join(available) or 'none'} (dbt var comparison_metrics)"
+                )
         cur = con.execute(store.load_sql("compare_models"), [model_a, model_b, metrics or None])
         names = [d[0] for d in cur.description]
-        rows = [MetricComparison(**{k: _clean(v) for k, v in zip(names, r)}) for r in cur.fetchall()]
+        rows = [
+            MetricComparison(**{k: _clean(v) for k, v in zip(names, r)}) for r in cur.fetchall()
+        ]
     finally:
         con.close()
     return rows
@@ -104,9 +117,26 @@ def _clean(v):
 # output
 # ------------------------------------------------------------------------------------------
 
-FIELDS = ("metric", "model_a", "model_b", "estimate_a", "ci_low_a", "ci_high_a", "estimate_b",
-          "ci_low_b", "ci_high_b", "difference", "ci_low", "ci_high", "distinguishable", "verdict",
-          "level", "n_boot", "seed", "note")
+FIELDS = (
+    "metric",
+    "model_a",
+    "model_b",
+    "estimate_a",
+    "ci_low_a",
+    "ci_high_a",
+    "estimate_b",
+    "ci_low_b",
+    "ci_high_b",
+    "difference",
+    "ci_low",
+    "ci_high",
+    "distinguishable",
+    "verdict",
+    "level",
+    "n_boot",
+    "seed",
+    "note",
+)
 
 
 def to_csv(rows: list[MetricComparison]) -> str:
@@ -131,4 +161,3 @@ def fmt(v: float | None) -> str:
 
 def fmt_interval(lo: float | None, hi: float | None) -> str:
     return "–" if lo is None or hi is None else f"[{fmt(lo)}, {fmt(hi)}]"
-

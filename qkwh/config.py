@@ -94,4 +94,6 @@ def _with_hint(exc: Exception) -> str:
     section, name = m.groups()
     keys = _dotted_keys(RunConfig().to_dict())
     sections = {k.split(".")[0] for k in keys if "." in k}
-    return f"{exc}{did_you_mean(f'{section}.{name}' if section else name, [*keys, *sorted(sections)])}"
+    return (
+        f"{exc}{did_you_mean(f'{section}.{name}' if section else name, [*keys, *sorted(sections)])}"
+    )

@@ -66,7 +66,11 @@ def default_warehouse() -> Path:
         return DEMO_WAREHOUSE.expanduser().resolve()
     try:
         tables = set(store.table_names(con))
-        models = [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()] if "models" in tables else None
+        models = (
+            [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()]
+            if "models" in tables
+            else None
+        )
     finally:
         con.close()
     if not tables or (models is not None and set(models) <= {SAMPLE_MODEL_ID}):
@@ -87,13 +91,18 @@ def next_steps(wh: Path) -> list[str]:
     default = wh == store.resolve_warehouse(None)
     w = "" if default else f" -w {shown}"
     where = "" if default else repr(shown)
-    envnote = [] if default or not os.environ.get("QKWH_WAREHOUSE") else \
-        [f"# (-w because $QKWH_WAREHOUSE names {os.environ['QKWH_WAREHOUSE']})"]
-    return [*envnote,
-            f"qkwh models{w}",
-            f"qkwh sql{w} \"SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary\"",
-            f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
-            f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}"]
+    envnote = (
+        []
+        if default or not os.environ.get("QKWH_WAREHOUSE")
+        else [f"# (-w because $QKWH_WAREHOUSE names {os.environ['QKWH_WAREHOUSE']})"]
+    )
+    return [
+        *envnote,
+        f"qkwh models{w}",
+        f'qkwh sql{w} "SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary"',
+        f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
+        f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}",
+    ]
 
 
 def _python() -> str:
@@ -102,7 +111,11 @@ def _python() -> str:
     import sys
 
     found = shutil.which("python")
-    return "python" if found and Path(found).resolve() == Path(sys.executable).resolve() else sys.executable
+    return (
+        "python"
+        if found and Path(found).resolve() == Path(sys.executable).resolve()
+        else sys.executable
+    )
 
 
 def check_report_dir(report_dir: Path) -> bool:
@@ -116,8 +129,10 @@ def check_report_dir(report_dir: Path) -> bool:
         return False
     if (report_dir / REPORT_INDEX).is_file():
         return True
-    raise InputError(f"{report_dir} is not empty and holds no qkwh report ({REPORT_INDEX} missing); "
-                     "qkwh does not write there: pass --out with another folder")
+    raise InputError(
+        f"{report_dir} is not empty and holds no qkwh report ({REPORT_INDEX} missing); "
+        "qkwh does not write there: pass --out with another folder"
+    )
 
 
 def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
@@ -132,20 +147,27 @@ def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
         if not tables:
             return (), False
         if not {"models", "files"} <= tables:
-            raise InputError(f"{wh} is a DuckDB database without qkwh's tables; the demo does not "
-                             "write into other databases: pass --warehouse with another file")
+            raise InputError(
+                f"{wh} is a DuckDB database without qkwh's tables; the demo does not "
+                "write into other databases: pass --warehouse with another file"
+            )
         models = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        held = dict(con.execute("SELECT config_name, fingerprint FROM files WHERE model_id = ?",
-                                [SAMPLE_MODEL_ID]).fetchall())
+        held = dict(
+            con.execute(
+                "SELECT config_name, fingerprint FROM files WHERE model_id = ?", [SAMPLE_MODEL_ID]
+            ).fetchall()
+        )
     finally:
         con.close()
     others = tuple(m for m in models if m != SAMPLE_MODEL_ID)
     if SAMPLE_MODEL_ID not in models:
         return others, False
     if held != sample_fingerprints():
-        raise InputError(f"{wh} already holds a model {SAMPLE_MODEL_ID!r} that is not the embedded "
-                         "sample (its files differ); the demo leaves it alone: pass --warehouse with "
-                         f"another file, or `qkwh remove {SAMPLE_MODEL_ID}` first")
+        raise InputError(
+            f"{wh} already holds a model {SAMPLE_MODEL_ID!r} that is not the embedded "
+            "sample (its files differ); the demo leaves it alone: pass --warehouse with "
+            f"another file, or `qkwh remove {SAMPLE_MODEL_ID}` first"
+        )
     return others, True
 
 

@@ -77,5 +77,8 @@ class Interrupted(QkwhError):
 def is_interrupt(exc: BaseException) -> bool:
     """A Ctrl-C: KeyboardInterrupt, or what DuckDB raises for one that arrives while it runs a
     statement (``RuntimeError('Query interrupted')``, or ``duckdb.InterruptException``)."""
-    return (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "InterruptException"
-            or (type(exc) is RuntimeError and str(exc) == "Query interrupted"))
+    return (
+        isinstance(exc, KeyboardInterrupt)
+        or type(exc).__name__ == "InterruptException"
+        or (type(exc) is RuntimeError and str(exc) == "Query interrupted")
+    )

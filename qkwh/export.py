@@ -35,7 +35,10 @@ LEGACY_FILES: dict[str, str] = {
     "qk.csv": "export_legacy_qk",
 }
 
-_COPY_OPTIONS = {"parquet": "(FORMAT parquet, COMPRESSION zstd)", "csv": "(FORMAT csv, HEADER true)"}
+_COPY_OPTIONS = {
+    "parquet": "(FORMAT parquet, COMPRESSION zstd)",
+    "csv": "(FORMAT csv, HEADER true)",
+}
 
 
 def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> list[Path]:
@@ -57,9 +60,7 @@ def export(con_or_path: ConOrPath, names: list[str], fmt: Format, out: Path) -> 
         written = []
         for schema, name in relations:
             path = out / f"{name}.{fmt}"
-            sql = (
-                f"COPY (SELECT * FROM {schema}.{store.quote_ident(name)}) TO $1 {_COPY_OPTIONS[fmt]}"
-            )
+            sql = f"COPY (SELECT * FROM {schema}.{store.quote_ident(name)}) TO $1 {_COPY_OPTIONS[fmt]}"
             con.execute(sql, [str(path)])
             written.append(path)
         return written
@@ -101,7 +102,8 @@ def legacy_sql(sql_name: str) -> str:
     env.globals["source"] = lambda _source, table: f"main.{store.quote_ident(table)}"
     macros = env.from_string((DBT_PROJECT_DIR / "macros" / "current_config.sql").read_text()).module
     return env.from_string(store.load_sql(sql_name)).render(
-        is_current_config=macros.is_current_config)  # type: ignore[attr-defined]
+        is_current_config=macros.is_current_config
+    )  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------
@@ -169,8 +171,13 @@ def _unknown_message(kind: str, unknown: list[str], available: list[str]) -> str
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         parts.append(f"{name!r}{hint}")
     plural = "s" if len(unknown) > 1 else ""
-    tail = "" if any("did you mean" in p for p in parts) else (
-        f"; available: {', '.join(available[:40])}{' ...' if len(available) > 40 else ''}"
-        if available else "; the warehouse has none"
+    tail = (
+        ""
+        if any("did you mean" in p for p in parts)
+        else (
+            f"; available: {', '.join(available[:40])}{' ...' if len(available) > 40 else ''}"
+            if available
+            else "; the warehouse has none"
+        )
     )
     return f"no {kind}{plural} named {'; '.join(parts)}{tail}"

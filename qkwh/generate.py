@@ -32,10 +32,14 @@ SOURCES_YML = STAGING_DIR / "_sources.yml"
 TABLES_MD = DOCS_DIR / "tables.md"
 #: the line after which a file's generated part starts (what precedes it is written by hand)
 SOURCES_MARKER = "      # -- generated from the analysis declarations (python -m qkwh.generate); do not edit below --"
-DOCS_MARKER = "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
+DOCS_MARKER = (
+    "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
+)
 DOCS_END = "<!-- end of the generated part -->"
-RUN_MARKER = ("# -- one section per analysis, generated from its declaration (python -m qkwh.generate); "
-              "do not edit below --")
+RUN_MARKER = (
+    "# -- one section per analysis, generated from its declaration (python -m qkwh.generate); "
+    "do not edit below --"
+)
 _HEADER = "Generated from the analysis declarations (qkwh.analyses.registry) by `python -m qkwh.generate`; do not edit."
 
 
@@ -46,11 +50,16 @@ def staging_name(table: Table) -> str:
 def staging_sql(analysis: Analysis, table: Table) -> str:
     """The dbt staging model of ``table``: typed columns, non-finite doubles as NULL, a head label,
     the rows of the analysis's current parameter set."""
-    lines = [f"-- {table.description or table.name} Non-finite doubles become NULL.",
-             f"-- {_HEADER}",
-             "select",
-             "    model_id,", "    layer,", "    q_head,", "    k_head,",
-             "    {{ head_label('layer', 'q_head') }} as head_label,"]
+    lines = [
+        f"-- {table.description or table.name} Non-finite doubles become NULL.",
+        f"-- {_HEADER}",
+        "select",
+        "    model_id,",
+        "    layer,",
+        "    q_head,",
+        "    k_head,",
+        "    {{ head_label('layer', 'q_head') }} as head_label,",
+    ]
     for c in table.columns:
         if c.is_float:
             lines.append(f"    {{{{ finite('{c.name}') }}}} as {c.name},")
@@ -58,16 +67,22 @@ def staging_sql(analysis: Analysis, table: Table) -> str:
             lines.append(f"    coalesce({c.name}, {c.null_as}) as {c.name},")
         else:
             lines.append(f"    {c.name},")
-    lines += ["    config_id",
-              f"from {{{{ source('qkwh', '{table.name}') }}}} as t",
-              f"where {{{{ is_current_config('t', '{analysis.name}') }}}}"]
+    lines += [
+        "    config_id",
+        f"from {{{{ source('qkwh', '{table.name}') }}}} as t",
+        f"where {{{{ is_current_config('t', '{analysis.name}') }}}}",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def staging_models() -> dict[str, str]:
     """file name -> text of every generated staging model."""
-    return {f"{staging_name(t)}.sql": staging_sql(a, t)
-            for a in registry.analyses() for t in a.tables if t.staged}
+    return {
+        f"{staging_name(t)}.sql": staging_sql(a, t)
+        for a in registry.analyses()
+        for t in a.tables
+        if t.staged
+    }
 
 
 def _yaml_text(text: str) -> str:
@@ -82,17 +97,21 @@ def sources_part() -> str:
         for t in a.tables:
             doc = f" (docs/{a.doc})" if a.doc else ""
             grain = t.grain or "one row per head"
-            out += [f"      - name: {t.name}",
-                    f"        description: {_yaml_text(f'{t.description} Grain: {grain}{doc}.')}",
-                    "        data_tests:",
-                    "          - unique_combination:",
-                    "              arguments:",
-                    f"                columns: [{', '.join(t.full_key)}]",
-                    "        columns:"]
+            out += [
+                f"      - name: {t.name}",
+                f"        description: {_yaml_text(f'{t.description} Grain: {grain}{doc}.')}",
+                "        data_tests:",
+                "          - unique_combination:",
+                "              arguments:",
+                f"                columns: [{', '.join(t.full_key)}]",
+                "        columns:",
+            ]
             for c in t.columns:
                 unit = f" [{c.unit}]" if c.unit and c.unit != "1" else ""
-                out += [f"          - name: {c.name}",
-                        f"            description: {_yaml_text(c.description + unit)}"]
+                out += [
+                    f"          - name: {c.name}",
+                    f"            description: {_yaml_text(c.description + unit)}",
+                ]
     return "\n".join(out) + "\n"
 
 
@@ -105,13 +124,23 @@ def docs_part() -> str:
     out: list[str] = []
     for a in registry.analyses():
         page = f" Definitions: [{a.doc}]({a.doc})." if a.doc else ""
-        out += [f"### Analysis `{a.name}`", "", f"{a.title or a.name}.{page} Parameters: run-config "
-                f"section `{a.name}`; SQL function `{a.udf_name}(head)`.", ""]
+        out += [
+            f"### Analysis `{a.name}`",
+            "",
+            f"{a.title or a.name}.{page} Parameters: run-config "
+            f"section `{a.name}`; SQL function `{a.udf_name}(head)`.",
+            "",
+        ]
         for t in a.tables:
             key = ", ".join(f"`{k}`" for k in t.full_key)
-            out += [f"#### `{t.name}`", "",
-                    f"{t.description} Grain: {t.grain or 'one row per head'}; key: {key}.", "",
-                    "| column | type | unit | meaning |", "|---|---|---|---|"]
+            out += [
+                f"#### `{t.name}`",
+                "",
+                f"{t.description} Grain: {t.grain or 'one row per head'}; key: {key}.",
+                "",
+                "| column | type | unit | meaning |",
+                "|---|---|---|---|",
+            ]
             for c in t.columns:
                 flag = " (in `head_metrics`)" if c.head_metric else ""
                 unit = "–" if not c.unit else _md(c.unit)
@@ -156,8 +185,12 @@ def expected_files() -> dict[Path, str]:
     """path -> the text the generator writes there."""
     files = {STAGING_DIR / name: text for name, text in staging_models().items()}
     files[SOURCES_YML] = _replace_after(SOURCES_YML.read_text(), SOURCES_MARKER, sources_part())
-    files[TABLES_MD] = _replace_after(TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END)
-    files[RUN_CONFIG_YAML] = _replace_after(RUN_CONFIG_YAML.read_text(), RUN_MARKER, run_config_part())
+    files[TABLES_MD] = _replace_after(
+        TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END
+    )
+    files[RUN_CONFIG_YAML] = _replace_after(
+        RUN_CONFIG_YAML.read_text(), RUN_MARKER, run_config_part()
+    )
     return files
 
 
@@ -186,8 +219,12 @@ def write() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qkwh.generate", description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only report files that differ (exit 1 if any)")
+    ap = argparse.ArgumentParser(
+        prog="python -m qkwh.generate", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="only report files that differ (exit 1 if any)"
+    )
     args = ap.parse_args(argv)
     if args.check:
         stale = stale_files()

@@ -20,8 +20,10 @@ from qkwh.errors import InputError
 MAX_LENGTH = 128
 _ALLOWED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _CHAR = re.compile(r"[A-Za-z0-9._-]")
-RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', "
-        f"at most {MAX_LENGTH} characters")
+RULE = (
+    "letters, digits, '.', '_' and '-', starting with a letter or digit, no '..', "
+    f"at most {MAX_LENGTH} characters"
+)
 
 
 def model_id_problem(model_id: object) -> str | None:

@@ -67,8 +67,10 @@ class IngestReport:
 
     def summary(self) -> str:
         warn = sum(1 for f in self.findings if f.severity != "info")
-        return (f"{self.model_id}: {self.status}; {self.n_files} files, {self.n_rows:,} rows, "
-                f"{self.n_heads} heads ({self.n_heads_with_k} with a k file), {warn} warning(s)")
+        return (
+            f"{self.model_id}: {self.status}; {self.n_files} files, {self.n_rows:,} rows, "
+            f"{self.n_heads} heads ({self.n_heads_with_k} with a k file), {warn} warning(s)"
+        )
 
 
 def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path, dict]:
@@ -81,8 +83,12 @@ def resolve_source(source: str, *, cache_dir: Path | None = None) -> tuple[Path,
     hub = parse_hub_source(source)
     assert hub is not None  # an hf:// source
     root = download(hub, cache_dir=cache_dir)
-    return Path(root), {"source_kind": "hub", "repo_id": hub.repo_id, "revision": hub.revision,
-                        "names": [hub.revision]}
+    return Path(root), {
+        "source_kind": "hub",
+        "repo_id": hub.repo_id,
+        "revision": hub.revision,
+        "names": [hub.revision],
+    }
 
 
 def _remote_branch(source: str):
@@ -91,7 +97,9 @@ def _remote_branch(source: str):
 
     hub = parse_hub_source(source)
     if hub is None:
-        raise InputError(f"{source}: --remote reads a Hub branch in place; give hf://datasets/OWNER/NAME@BRANCH")
+        raise InputError(
+            f"{source}: --remote reads a Hub branch in place; give hf://datasets/OWNER/NAME@BRANCH"
+        )
     return open_branch(hub)
 
 
@@ -114,29 +122,47 @@ def resolve_facts(
     findings: list[Finding] = []
     family = (family or "").strip() or None
     label = (label or "").strip() or None
-    entry = registry.get(model_id) if model_id else match(
-        registry, candidates=[*names, meta.get_str("dataset_branch") or ""], hf_model=meta.model_name)
+    entry = (
+        registry.get(model_id)
+        if model_id
+        else match(
+            registry,
+            candidates=[*names, meta.get_str("dataset_branch") or ""],
+            hf_model=meta.model_name,
+        )
+    )
     if model_id is None:
         if entry is None:
             raise InputError(
                 f"{source}: unknown model (not in configs/models.csv by branch, folder name or "
-                f"model name {meta.model_name!r}); pass --model-id ID")
+                f"model name {meta.model_name!r}); pass --model-id ID"
+            )
         model_id = entry.model_id
 
     # head counts: metadata first, then the registry
     n_q = meta.get_int("head_sampling_num_query_heads", "num_attention_heads")
     n_kv = meta.get_int("head_sampling_num_key_heads", "num_key_value_heads")
     if entry is not None:
-        for name, ours, theirs in (("num_q_heads", n_q, entry.num_q_heads), ("num_kv_heads", n_kv, entry.num_kv_heads)):
+        for name, ours, theirs in (
+            ("num_q_heads", n_q, entry.num_q_heads),
+            ("num_kv_heads", n_kv, entry.num_kv_heads),
+        ):
             if ours is not None and theirs is not None and ours != theirs:
-                findings.append(Finding("warning", None, "registry_mismatch",
-                                        f"{name}: dataset metadata says {ours}, registry says {theirs}; using metadata"))
+                findings.append(
+                    Finding(
+                        "warning",
+                        None,
+                        "registry_mismatch",
+                        f"{name}: dataset metadata says {ours}, registry says {theirs}; using metadata",
+                    )
+                )
         n_q = n_q if n_q is not None else entry.num_q_heads
         n_kv = n_kv if n_kv is not None else entry.num_kv_heads
     if n_q is None or n_kv is None:
         raise InputError(
             f"{source}: cannot tell the number of query and key heads (no _saver_state.json "
-            f"head_sampling_num_query_heads/_key_heads and no registry entry for {model_id!r})")
+            f"head_sampling_num_query_heads/_key_heads and no registry entry for {model_id!r})"
+        )
     if n_kv <= 0 or n_q % n_kv:
         raise InputError(f"{source}: {n_q} query heads are not a multiple of {n_kv} key heads")
     ratio = n_q // n_kv
@@ -147,18 +173,28 @@ def resolve_facts(
         bucket_size, bucket_rule = entry.bucket_size, "registry"
         meta_m = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")
         if meta_m is not None and meta_m != entry.bucket_size:
-            findings.append(Finding("warning", None, "registry_mismatch",
-                                    f"bucket size: metadata says {meta_m}, registry says {entry.bucket_size}; using registry"))
+            findings.append(
+                Finding(
+                    "warning",
+                    None,
+                    "registry_mismatch",
+                    f"bucket size: metadata says {meta_m}, registry says {entry.bucket_size}; using registry",
+                )
+            )
     else:
         bucket_size = meta.get_int("sampling_bucket_size", "sampling_min_bucket_size")  # type: ignore[assignment]
         bucket_rule = "metadata"
         if bucket_size is None:
             bucket_size, bucket_rule = infer_bucket_size(stats), "data"
             if bucket_size is None:
-                raise InputError(f"{source}: cannot tell the bucket size (no metadata, no registry entry, "
-                                 "and the bucket ids fit no uniform bucket size)")
+                raise InputError(
+                    f"{source}: cannot tell the bucket size (no metadata, no registry entry, "
+                    "and the bucket ids fit no uniform bucket size)"
+                )
     if bucket_rule != "registry":
-        findings.append(Finding("info", None, "bucket_size", f"bucket size {bucket_size} from {bucket_rule}"))
+        findings.append(
+            Finding("info", None, "bucket_size", f"bucket size {bucket_size} from {bucket_rule}")
+        )
 
     max_pos = max((s.max_position for s in stats if s.max_position is not None), default=0)
     max_bucket = max((s.max_bucket for s in stats if s.max_bucket is not None), default=0)
@@ -178,7 +214,8 @@ def resolve_facts(
         family=family or (e.family if e else None),
         label=label,
         params_b=e.params_b if e else None,
-        num_layers=(e.num_layers if e else None) or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
+        num_layers=(e.num_layers if e else None)
+        or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
         num_q_heads=n_q,
         num_kv_heads=n_kv,
         gqa_ratio=ratio,
@@ -199,11 +236,23 @@ def resolve_facts(
         in_registry=e is not None,
     )
     if e is not None and family and e.family and family != e.family:
-        findings.append(Finding("warning", None, "registry_mismatch",
-                                f"family: --family says {family}, registry says {e.family}; using --family"))
+        findings.append(
+            Finding(
+                "warning",
+                None,
+                "registry_mismatch",
+                f"family: --family says {family}, registry says {e.family}; using --family",
+            )
+        )
     if e is not None and e.head_dim and e.head_dim != d:
-        findings.append(Finding("warning", None, "registry_mismatch",
-                                f"head_dim: files have {d}, registry says {e.head_dim}"))
+        findings.append(
+            Finding(
+                "warning",
+                None,
+                "registry_mismatch",
+                f"head_dim: files have {d}, registry says {e.head_dim}",
+            )
+        )
     return facts, findings
 
 
@@ -263,9 +312,13 @@ def ingest(
         layout: Layout = branch.layout()
         meta = branch.metadata()
         read_all: Callable[[Layout], list[FileStats]] = lambda _layout: branch.scan_files()  # noqa: E731
-        origin = {"source_kind": "hub_remote", "repo_id": branch.source.repo_id,
-                  "revision": branch.source.revision, "names": [branch.source.revision],
-                  "root": branch.commit_uri}
+        origin = {
+            "source_kind": "hub_remote",
+            "repo_id": branch.source.repo_id,
+            "revision": branch.source.revision,
+            "names": [branch.source.revision],
+            "root": branch.commit_uri,
+        }
     else:
         root, origin = resolve_source(source, cache_dir=cache_dir)
         layout = scan(root)
@@ -273,7 +326,9 @@ def ingest(
         read_all = scan_files
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
-        if model_id is not None:  # before reading anything; an id from the registry is checked below
+        if (
+            model_id is not None
+        ):  # before reading anything; an id from the registry is checked below
             _refuse_case_collision(con, model_id, source)
         if remote:  # the vectors view reads the new hf:// files
             from qkwh.sniffed.hubfs import register
@@ -281,37 +336,79 @@ def ingest(
             register(con)
         say(f"reading {len(layout.files)} files under {layout.root}")
         stats = read_all(layout)
-        facts, findings = resolve_facts(model_id=model_id, names=origin["names"], meta=meta, stats=stats,
-                                        registry=registry, source=source, family=family, label=label)
+        facts, findings = resolve_facts(
+            model_id=model_id,
+            names=origin["names"],
+            meta=meta,
+            stats=stats,
+            registry=registry,
+            source=source,
+            family=family,
+            label=label,
+        )
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
         _refuse_case_collision(con, facts.model_id, source)
-        facts, findings = _keep_names(con, facts, findings, family=family, label=label, registry=registry)
+        facts, findings = _keep_names(
+            con, facts, findings, family=family, label=label, registry=registry
+        )
         if remote:
-            findings.append(Finding("info", None, "remote", "read in place on the Hub: footers and integer "
-                                    "columns only; NaN, all-zero and identical vectors are not checked at ingest"))
-        findings += check_dataset(stats, layout=layout, bucket_size=facts.bucket_size,
-                                  strategy=facts.sampling_strategy, context_length=facts.context_length,
-                                  gqa_ratio=facts.gqa_ratio)
+            findings.append(
+                Finding(
+                    "info",
+                    None,
+                    "remote",
+                    "read in place on the Hub: footers and integer "
+                    "columns only; NaN, all-zero and identical vectors are not checked at ingest",
+                )
+            )
+        findings += check_dataset(
+            stats,
+            layout=layout,
+            bucket_size=facts.bucket_size,
+            strategy=facts.sampling_strategy,
+            context_length=facts.context_length,
+            gqa_ratio=facts.gqa_ratio,
+        )
         findings += _metadata_findings(meta, stats)
-        rope_rows, rope_findings = _rope_rows(meta, stats, facts, registry,
-                                              hub=origin["source_kind"] in ("hub", "hub_remote"))
+        rope_rows, rope_findings = _rope_rows(
+            meta, stats, facts, registry, hub=origin["source_kind"] in ("hub", "hub_remote")
+        )
         findings += rope_findings
         fp = source_fingerprint(stats, facts, rope_rows)
-        return _write(con, source=source, origin=origin, layout=layout, meta=meta, stats=stats,
-                      facts=facts, findings=findings, fingerprint=fp, confirm=confirm, rope_rows=rope_rows)
+        return _write(
+            con,
+            source=source,
+            origin=origin,
+            layout=layout,
+            meta=meta,
+            stats=stats,
+            facts=facts,
+            findings=findings,
+            fingerprint=fp,
+            confirm=confirm,
+            rope_rows=rope_rows,
+        )
     finally:
         con.close()
 
 
-def _keep_names(con: duckdb.DuckDBPyConnection, facts: ModelFacts, findings: list[Finding], *,
-                family: str | None, label: str | None,
-                registry: dict[str, ModelEntry]) -> tuple[ModelFacts, list[Finding]]:
+def _keep_names(
+    con: duckdb.DuckDBPyConnection,
+    facts: ModelFacts,
+    findings: list[Finding],
+    *,
+    family: str | None,
+    label: str | None,
+    registry: dict[str, ModelEntry],
+) -> tuple[ModelFacts, list[Finding]]:
     """Keep the stored family and label of a model already in the warehouse when ``--family`` /
     ``--label`` are not given (None); given blank, they are cleared (the family falls back to
     the registry's)."""
     if family is not None and label is not None:
         return facts, findings
-    row = con.execute("SELECT family, label FROM models WHERE model_id = ?", [facts.model_id]).fetchall()
+    row = con.execute(
+        "SELECT family, label FROM models WHERE model_id = ?", [facts.model_id]
+    ).fetchall()
     if not row:
         return facts, findings
     stored_family, stored_label = row[0]
@@ -319,9 +416,16 @@ def _keep_names(con: duckdb.DuckDBPyConnection, facts: ModelFacts, findings: lis
         facts = replace(facts, family=stored_family)
         entry = registry.get(facts.model_id) if facts.in_registry else None
         if entry is not None and stored_family and entry.family and stored_family != entry.family:
-            findings = [*findings, Finding("warning", None, "registry_mismatch",
-                                           f"family: kept {stored_family} from the last ingest, registry says "
-                                           f"{entry.family}; `--family ''` takes the registry's")]
+            findings = [
+                *findings,
+                Finding(
+                    "warning",
+                    None,
+                    "registry_mismatch",
+                    f"family: kept {stored_family} from the last ingest, registry says "
+                    f"{entry.family}; `--family ''` takes the registry's",
+                ),
+            ]
     if label is None:
         facts = replace(facts, label=stored_label)
     return facts, findings
@@ -330,12 +434,15 @@ def _keep_names(con: duckdb.DuckDBPyConnection, facts: ModelFacts, findings: lis
 def _refuse_case_collision(con: duckdb.DuckDBPyConnection, model_id: str, source: str) -> None:
     """Raise :class:`InputError` when the warehouse holds an id that differs from ``model_id``
     only in case (:mod:`qkwh.ids`: they would share the per-model vectors view)."""
-    other = case_collision(model_id, [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()])
+    other = case_collision(
+        model_id, [r[0] for r in con.execute("SELECT model_id FROM models").fetchall()]
+    )
     if other is not None:
         raise InputError(
             f"{source}: model id {model_id!r} differs only in case from {other!r}, already in the "
             f"warehouse (model ids are compared ignoring case); pass another --model-id, or "
-            f"re-ingest as --model-id {other}")
+            f"re-ingest as --model-id {other}"
+        )
 
 
 @dataclass
@@ -348,7 +455,9 @@ class BranchOutcome:
     skipped: bool = False  # its Hub commit is the one already cataloged
 
 
-def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tuple[str, str | None]]:
+def expand_sources(
+    sources: list[str], *, all_branches: bool = False
+) -> list[tuple[str, str | None]]:
     """(source, its branch's current commit or None) for every source; ``all_branches`` turns each
     ``hf://datasets/OWNER/NAME`` into all its branches (one Hub call per repo, branches by name)."""
     from qkwh.sniffed.hub import parse_hub_source
@@ -360,7 +469,9 @@ def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tu
         hub = parse_hub_source(source)
         if hub is None:
             if all_branches:
-                raise InputError(f"{source}: --all-branches needs a Hub dataset, hf://datasets/OWNER/NAME")
+                raise InputError(
+                    f"{source}: --all-branches needs a Hub dataset, hf://datasets/OWNER/NAME"
+                )
             out.append((source, None))
             continue
         if all_branches and "@" in source:
@@ -368,8 +479,10 @@ def expand_sources(sources: list[str], *, all_branches: bool = False) -> list[tu
         if hub.repo_id not in refs:
             refs[hub.repo_id] = list_branches(hub)
         if all_branches:
-            out += [(branch_uri(replace(hub, revision=name)), commit)
-                    for name, commit in refs[hub.repo_id].items()]
+            out += [
+                (branch_uri(replace(hub, revision=name)), commit)
+                for name, commit in refs[hub.repo_id].items()
+            ]
         else:
             out.append((source, refs[hub.repo_id].get(hub.revision)))
     return out
@@ -381,8 +494,10 @@ def _cataloged_commit(con: duckdb.DuckDBPyConnection, source: str, *, remote: bo
 
     hub = parse_hub_source(source)
     assert hub is not None  # an hf:// source
-    row = con.execute("SELECT root_path FROM models WHERE repo_id = ? AND revision = ? AND source_kind = ?",
-                      [hub.repo_id, hub.revision, "hub_remote" if remote else "hub"]).fetchone()
+    row = con.execute(
+        "SELECT root_path FROM models WHERE repo_id = ? AND revision = ? AND source_kind = ?",
+        [hub.repo_id, hub.revision, "hub_remote" if remote else "hub"],
+    ).fetchone()
     if row is None:
         return None
     # remote: hf://datasets/OWNER/NAME@COMMIT; downloaded: .../snapshots/COMMIT
@@ -426,8 +541,15 @@ def ingest_many(
                 finally:
                     con.close()
             if not outcome.skipped:
-                outcome.report = ingest(source, warehouse=warehouse, cache_dir=cache_dir, registry=registry,
-                                        on_progress=on_progress, remote=remote, confirm=confirm)
+                outcome.report = ingest(
+                    source,
+                    warehouse=warehouse,
+                    cache_dir=cache_dir,
+                    registry=registry,
+                    on_progress=on_progress,
+                    remote=remote,
+                    confirm=confirm,
+                )
         except QkwhError as exc:
             outcome.error = exc
         outcomes.append(outcome)
@@ -436,49 +558,106 @@ def ingest_many(
     return outcomes
 
 
-def _rope_rows(meta: DatasetMetadata, stats: list[FileStats], facts: ModelFacts,
-               registry: dict[str, ModelEntry], *, hub: bool) -> tuple[dict | None, list[Finding]]:
+def _rope_rows(
+    meta: DatasetMetadata,
+    stats: list[FileStats],
+    facts: ModelFacts,
+    registry: dict[str, ModelEntry],
+    *,
+    hub: bool,
+) -> tuple[dict | None, list[Finding]]:
     """Rows of ``rope_frequencies`` for the captured layers (None when unknown) and the finding
     saying where they came from or what is missing (qkwh.rope_sources); never fails the ingest."""
     entry = registry.get(facts.model_id) if facts.in_registry else None
     resolved, findings = rope_sources.resolve(
-        meta=meta, layers={s.file.layer for s in stats}, head_dim=facts.head_dim, rope_theta=facts.rope_theta,
-        rope_type=meta.get_str("rope_type") or facts.rope_scaling, nope_layers=facts.nope_layers,
-        hf_model=facts.hf_model, hf_revision=entry.hf_revision if entry else None, allow_download=hub)
+        meta=meta,
+        layers={s.file.layer for s in stats},
+        head_dim=facts.head_dim,
+        rope_theta=facts.rope_theta,
+        rope_type=meta.get_str("rope_type") or facts.rope_scaling,
+        nope_layers=facts.nope_layers,
+        hf_model=facts.hf_model,
+        hf_revision=entry.hf_revision if entry else None,
+        allow_download=hub,
+    )
     if resolved is None:
         return None, findings
-    return resolved.rows(facts.model_id, head_dim=facts.head_dim, bucket_size=facts.bucket_size,
-                         context_length=facts.context_length), findings
+    return resolved.rows(
+        facts.model_id,
+        head_dim=facts.head_dim,
+        bucket_size=facts.bucket_size,
+        context_length=facts.context_length,
+    ), findings
 
 
 def _metadata_findings(meta: DatasetMetadata, stats: list[FileStats]) -> list[Finding]:
     out: list[Finding] = []
     if not meta.sources:
-        out.append(Finding("info", None, "metadata", "no _saver_state.json or dataset card; facts from registry/data"))
+        out.append(
+            Finding(
+                "info",
+                None,
+                "metadata",
+                "no _saver_state.json or dataset card; facts from registry/data",
+            )
+        )
     n_q_files = sum(1 for s in stats if s.file.kind == "q")
     selected = meta.get_int("head_sampling_selected_query_heads")
     if selected is not None and selected != n_q_files:
-        out.append(Finding("info", None, "head_count",
-                           f"metadata selected {selected} query heads; the folder holds {n_q_files} q files"))
+        out.append(
+            Finding(
+                "info",
+                None,
+                "head_count",
+                f"metadata selected {selected} query heads; the folder holds {n_q_files} q files",
+            )
+        )
     if meta.bucket_counts:
         total_meta = sum(meta.bucket_counts.values())
         total = sum(s.rows for s in stats)
         if total_meta != total:
-            out.append(Finding("info", None, "bucket_counts",
-                               f"metadata bucket_counts sum to {total_meta:,} rows; files hold {total:,}"))
+            out.append(
+                Finding(
+                    "info",
+                    None,
+                    "bucket_counts",
+                    f"metadata bucket_counts sum to {total_meta:,} rows; files hold {total:,}",
+                )
+            )
     return out
 
 
-def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stats, facts: ModelFacts,
-           findings, fingerprint, confirm: Callable[[str], None] | None = None,
-           rope_rows: dict | None = None) -> IngestReport:
+def _write(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    source,
+    origin,
+    layout,
+    meta,
+    stats,
+    facts: ModelFacts,
+    findings,
+    fingerprint,
+    confirm: Callable[[str], None] | None = None,
+    rope_rows: dict | None = None,
+) -> IngestReport:
     heads = _heads(stats, facts.gqa_ratio)
     report = IngestReport(
-        model_id=facts.model_id, status="ingested", root=layout.root, n_files=len(stats),
-        n_rows=sum(s.rows for s in stats), n_heads=len(heads["q_head"]),
-        n_heads_with_k=int(sum(heads["has_k_file"])), findings=findings)
-    found = con.execute("SELECT source_fingerprint FROM models WHERE model_id = ?", [facts.model_id]).fetchall()
-    old = found[0] if found else None  # fetchall: DuckDB refuses register() while a result is pending
+        model_id=facts.model_id,
+        status="ingested",
+        root=layout.root,
+        n_files=len(stats),
+        n_rows=sum(s.rows for s in stats),
+        n_heads=len(heads["q_head"]),
+        n_heads_with_k=int(sum(heads["has_k_file"])),
+        findings=findings,
+    )
+    found = con.execute(
+        "SELECT source_fingerprint FROM models WHERE model_id = ?", [facts.model_id]
+    ).fetchall()
+    old = (
+        found[0] if found else None
+    )  # fetchall: DuckDB refuses register() while a result is pending
     if old is not None and old[0] == fingerprint:
         report.status = "unchanged"
         return report
@@ -506,10 +685,17 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
     }
     model_row = {**asdict(facts)}
     model_row.update(
-        source=source, source_kind=origin["source_kind"], root_path=origin.get("root") or str(layout.root),
-        repo_id=origin.get("repo_id"), revision=origin.get("revision"), source_fingerprint=fingerprint,
-        n_files=len(stats), n_rows=report.n_rows,
-        metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str) if meta.metadata else None,
+        source=source,
+        source_kind=origin["source_kind"],
+        root_path=origin.get("root") or str(layout.root),
+        repo_id=origin.get("repo_id"),
+        revision=origin.get("revision"),
+        source_fingerprint=fingerprint,
+        n_files=len(stats),
+        n_rows=report.n_rows,
+        metadata_json=json.dumps(meta.metadata, sort_keys=True, default=str)
+        if meta.metadata
+        else None,
         ingested_at=dt.datetime.now(dt.UTC).replace(tzinfo=None),
     )
     import pyarrow as pa
@@ -522,56 +708,92 @@ def _write(con: duckdb.DuckDBPyConnection, *, source, origin, layout, meta, stat
             stale = con.execute(store.load_sql("stale_heads"), [facts.model_id]).fetchall()
         finally:
             con.unregister("new_files")
-        old_ctx = con.execute("SELECT context_length, bucket_size FROM models WHERE model_id = ?",
-                              [facts.model_id]).fetchall()[0]
+        old_ctx = con.execute(
+            "SELECT context_length, bucket_size FROM models WHERE model_id = ?", [facts.model_id]
+        ).fetchall()[0]
         drop_all = tuple(old_ctx) != (facts.context_length, facts.bucket_size)
         if confirm is not None:
             what = _results_to_drop(con, facts.model_id, None if drop_all else stale)
             if what:
-                reason = ("its context length or bucket size changed" if drop_all
-                          else f"the files of {len(stale)} head(s) changed or are gone")
+                reason = (
+                    "its context length or bucket size changed"
+                    if drop_all
+                    else f"the files of {len(stale)} head(s) changed or are gone"
+                )
                 confirm(f"re-ingesting {facts.model_id} drops computed results ({reason}): {what}")
     with store.transaction(con):
         if old is not None:
             if drop_all:
-                store.delete_model(con, facts.model_id, tables=[*store.COMPUTE_TABLES, "current_config"])
+                store.delete_model(
+                    con, facts.model_id, tables=[*store.COMPUTE_TABLES, "current_config"]
+                )
             else:
                 for layer, q_head in stale:
                     for table in store.COMPUTE_TABLES:
-                        con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
-                                    [facts.model_id, layer, q_head])
+                        con.execute(
+                            f"DELETE FROM {store.quote_ident(table)} WHERE model_id = ? AND layer = ? AND q_head = ?",
+                            [facts.model_id, layer, q_head],
+                        )
             store.delete_model(con, facts.model_id, tables=list(store.CATALOG_TABLES))
         store.insert_columns(con, "models", {k: [v] for k, v in model_row.items()})
         store.insert_columns(con, "files", files_cols)
-        store.insert_columns(con, "heads", {"model_id": [facts.model_id] * len(heads["q_head"]), **heads})
-        store.insert_columns(con, "ingest_findings", {
-            "model_id": [facts.model_id] * len(findings),
-            "severity": [f.severity for f in findings],
-            "file": [f.file for f in findings],
-            "check": [f.check for f in findings],
-            "detail": [f.detail for f in findings],
-        })
+        store.insert_columns(
+            con, "heads", {"model_id": [facts.model_id] * len(heads["q_head"]), **heads}
+        )
+        store.insert_columns(
+            con,
+            "ingest_findings",
+            {
+                "model_id": [facts.model_id] * len(findings),
+                "severity": [f.severity for f in findings],
+                "file": [f.file for f in findings],
+                "check": [f.check for f in findings],
+                "detail": [f.detail for f in findings],
+            },
+        )
         if rope_rows:
             store.insert_columns(con, "rope_frequencies", rope_rows)
         store.rebuild_vectors_view(con)
     return report
 
 
-def _results_to_drop(con: duckdb.DuckDBPyConnection, model_id: str,
-                     heads: list[tuple[int, int]] | None) -> str:
+def _results_to_drop(
+    con: duckdb.DuckDBPyConnection, model_id: str, heads: list[tuple[int, int]] | None
+) -> str:
     """What deleting the computed results of ``heads`` (None: all the model's heads) removes, in
     one line ("N head(s) computed; rows: table n, ..."), or "" when nothing is computed there."""
     import pyarrow as pa
 
-    con.register("_qkwh_drop_heads", pa.table({"layer": pa.array([h[0] for h in heads or []], pa.int64()),
-                                               "q_head": pa.array([h[1] for h in heads or []], pa.int64())}))
+    con.register(
+        "_qkwh_drop_heads",
+        pa.table(
+            {
+                "layer": pa.array([h[0] for h in heads or []], pa.int64()),
+                "q_head": pa.array([h[1] for h in heads or []], pa.int64()),
+            }
+        ),
+    )
     try:
-        scope = "" if heads is None else (" AND EXISTS (SELECT 1 FROM _qkwh_drop_heads AS d "
-                                          "WHERE d.layer = t.layer AND d.q_head = t.q_head)")
-        counts = {name: con.execute(f"SELECT count(*) FROM {store.quote_ident(name)} AS t WHERE model_id = ?{scope}",
-                                    [model_id]).fetchall()[0][0] for name in store.COMPUTE_TABLES}
-        n_heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs AS t "
-                              f"WHERE model_id = ?{scope})", [model_id]).fetchall()[0][0]
+        scope = (
+            ""
+            if heads is None
+            else (
+                " AND EXISTS (SELECT 1 FROM _qkwh_drop_heads AS d "
+                "WHERE d.layer = t.layer AND d.q_head = t.q_head)"
+            )
+        )
+        counts = {
+            name: con.execute(
+                f"SELECT count(*) FROM {store.quote_ident(name)} AS t WHERE model_id = ?{scope}",
+                [model_id],
+            ).fetchall()[0][0]
+            for name in store.COMPUTE_TABLES
+        }
+        n_heads = con.execute(
+            "SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs AS t "
+            f"WHERE model_id = ?{scope})",
+            [model_id],
+        ).fetchall()[0][0]
     finally:
         con.unregister("_qkwh_drop_heads")
     if not sum(counts.values()):
@@ -582,8 +804,17 @@ def _results_to_drop(con: duckdb.DuckDBPyConnection, model_id: str,
 
 def _heads(stats: list[FileStats], ratio: int) -> dict[str, list]:
     by_key = {(s.file.layer, s.file.head, s.file.kind): s for s in stats}
-    out: dict[str, list] = {"layer": [], "q_head": [], "k_head": [], "has_k_file": [], "n_q": [], "n_k": []}
-    for s in sorted((s for s in stats if s.file.kind == "q"), key=lambda s: (s.file.layer, s.file.head)):
+    out: dict[str, list] = {
+        "layer": [],
+        "q_head": [],
+        "k_head": [],
+        "has_k_file": [],
+        "n_q": [],
+        "n_k": [],
+    }
+    for s in sorted(
+        (s for s in stats if s.file.kind == "q"), key=lambda s: (s.file.layer, s.file.head)
+    ):
         k_head = s.file.head // ratio
         k = by_key.get((s.file.layer, k_head, "k"))
         out["layer"].append(s.file.layer)
@@ -604,12 +835,18 @@ class RemovalPlan:
     heads_computed: int
 
     def summary(self) -> str:
-        return (f"removing {self.model_id} deletes {sum(self.rows.values()):,} rows from {len(self.rows)} "
-                f"table(s), {self.heads_computed} computed head(s) among them")
+        return (
+            f"removing {self.model_id} deletes {sum(self.rows.values()):,} rows from {len(self.rows)} "
+            f"table(s), {self.heads_computed} computed head(s) among them"
+        )
 
 
-def remove(model_id: str, *, warehouse: str | Path | None = None,
-           confirm: Callable[[RemovalPlan], None] | None = None) -> dict[str, int]:
+def remove(
+    model_id: str,
+    *,
+    warehouse: str | Path | None = None,
+    confirm: Callable[[RemovalPlan], None] | None = None,
+) -> dict[str, int]:
     """Remove a model and everything derived from it (every table with a model_id column).
 
     ``confirm``, when given, is called with the :class:`RemovalPlan` before anything is deleted;
@@ -629,10 +866,18 @@ def remove(model_id: str, *, warehouse: str | Path | None = None,
         seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
         tables = [t for t in store.tables_with_column(con, "model_id") if t not in seeds]
         if confirm is not None:
-            rows = {t: con.execute(f"SELECT count(*) FROM {store.quote_ident(t)} WHERE model_id = ?",  # type: ignore[index]
-                                   [model_id]).fetchone()[0] for t in tables}
-            heads = con.execute("SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs "  # type: ignore[index]
-                                "WHERE model_id = ?)", [model_id]).fetchone()[0]
+            rows = {
+                t: con.execute(
+                    f"SELECT count(*) FROM {store.quote_ident(t)} WHERE model_id = ?",  # type: ignore[index]
+                    [model_id],
+                ).fetchone()[0]
+                for t in tables
+            }
+            heads = con.execute(
+                "SELECT count(*) FROM (SELECT DISTINCT layer, q_head FROM head_runs "  # type: ignore[index]
+                "WHERE model_id = ?)",
+                [model_id],
+            ).fetchone()[0]
             confirm(RemovalPlan(model_id, {t: n for t, n in rows.items() if n}, heads))
         with store.transaction(con):
             counts = store.delete_model(con, model_id, tables=tables)

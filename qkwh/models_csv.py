@@ -45,9 +45,21 @@ class ModelEntry:
     checkpoint_order: int | None
 
 
-_INT = {"num_layers", "num_q_heads", "num_kv_heads", "head_dim", "gqa_ratio", "context_length",
-        "bucket_size", "sliding_window", "checkpoint_step", "claimed_context_length",
-        "head_sampling_count", "n_heads_analyzed", "checkpoint_order"}
+_INT = {
+    "num_layers",
+    "num_q_heads",
+    "num_kv_heads",
+    "head_dim",
+    "gqa_ratio",
+    "context_length",
+    "bucket_size",
+    "sliding_window",
+    "checkpoint_step",
+    "claimed_context_length",
+    "head_sampling_count",
+    "n_heads_analyzed",
+    "checkpoint_order",
+}
 _FLOAT = {"params_b", "rope_theta"}
 
 
@@ -73,7 +85,9 @@ def load_registry(path: Path = REGISTRY_CSV) -> dict[str, ModelEntry]:
     return out
 
 
-def match(registry: dict[str, ModelEntry], *, candidates: list[str], hf_model: str | None = None) -> ModelEntry | None:
+def match(
+    registry: dict[str, ModelEntry], *, candidates: list[str], hf_model: str | None = None
+) -> ModelEntry | None:
     """Find the registry entry a dataset belongs to.
 
     ``candidates`` are names the dataset goes by (a Hub branch, a folder name, the metadata's

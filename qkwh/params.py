@@ -38,10 +38,15 @@ class RunConfig:
     registered after the config was built gets its default parameters.
     """
 
-    seed: int = field(default=0, metadata={"ge": 0})  # base seed; a head's pair sampler uses pair_seed(seed, layer, q_head)
-    max_tokens_per_head: int = field(default=50_000, metadata={"gt": 0})  # cap on Q rows and on K rows
+    seed: int = field(
+        default=0, metadata={"ge": 0}
+    )  # base seed; a head's pair sampler uses pair_seed(seed, layer, q_head)
+    max_tokens_per_head: int = field(
+        default=50_000, metadata={"gt": 0}
+    )  # cap on Q rows and on K rows
     params: tuple[tuple[str, Any], ...] = field(
-        default_factory=lambda: tuple(_registry().default_params().items()))
+        default_factory=lambda: tuple(_registry().default_params().items())
+    )
 
     def params_of(self, analysis: str) -> Any:
         """The parameter object of ``analysis``: its section in this config, else the registered
@@ -51,7 +56,9 @@ class RunConfig:
                 return value
         reg = _registry()
         if analysis not in reg.names():
-            raise ValueError(f"unknown analysis {analysis!r}; expected one of {', '.join(reg.names())}")
+            raise ValueError(
+                f"unknown analysis {analysis!r}; expected one of {', '.join(reg.names())}"
+            )
         return reg.get(analysis).default_params()
 
     def __getattr__(self, name: str) -> Any:
@@ -74,8 +81,11 @@ class RunConfig:
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The nested mapping of the YAML run config (``configs/run.yaml``)."""
-        return {"seed": self.seed, "max_tokens_per_head": self.max_tokens_per_head,
-                **{name: dataclasses.asdict(p) for name, p in self._sections().items()}}
+        return {
+            "seed": self.seed,
+            "max_tokens_per_head": self.max_tokens_per_head,
+            **{name: dataclasses.asdict(p) for name, p in self._sections().items()},
+        }
 
     def analysis_params(self, analysis: str) -> dict[str, Any]:
         """The parameters that influence one analysis' results (used for its fingerprint)."""
@@ -85,7 +95,11 @@ class RunConfig:
     def fingerprint(self, analysis: str, code_version: str) -> str:
         """Stable id of (analysis, its parameters, code version): 16 hex characters."""
         payload = json.dumps(
-            {"analysis": analysis, "code_version": code_version, "params": self.analysis_params(analysis)},
+            {
+                "analysis": analysis,
+                "code_version": code_version,
+                "params": self.analysis_params(analysis),
+            },
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -105,13 +119,15 @@ class RunConfig:
                     raise ValueError(f"run-config section {key!r} must be a mapping")
                 params_cls = reg.get(key).params
                 allowed = {f.name for f in dataclasses.fields(params_cls)}
-                for k in (value or {}):
+                for k in value or {}:
                     if k not in allowed:
                         raise ValueError(f"unknown run-config key {key}.{k!r}")
                 sections[key] = params_cls(**(value or {}))
             else:
                 raise ValueError(f"unknown run-config key {key!r}")
-        params = tuple((name, sections.get(name) or reg.get(name).default_params()) for name in reg.names())
+        params = tuple(
+            (name, sections.get(name) or reg.get(name).default_params()) for name in reg.names()
+        )
         cfg = cls(**kwargs, params=params)
         cfg.validate()
         return cfg
@@ -144,12 +160,16 @@ class RunConfig:
         """
         for f in dataclasses.fields(self):
             if f.name != "params":
-                _check_field(f.name, getattr(self, f.name), f, typing.get_type_hints(RunConfig)[f.name])
+                _check_field(
+                    f.name, getattr(self, f.name), f, typing.get_type_hints(RunConfig)[f.name]
+                )
         reg = _registry()
         for section, params in self._sections().items():
             expected = reg.get(section).params if section in reg.names() else None
             if expected is not None and not isinstance(params, expected):
-                raise ValueError(f"{section}: parameters must be a {expected.__name__}, not {type(params).__name__}")
+                raise ValueError(
+                    f"{section}: parameters must be a {expected.__name__}, not {type(params).__name__}"
+                )
             hints = typing.get_type_hints(type(params))
             for f in dataclasses.fields(params):
                 _check_field(f"{section}.{f.name}", getattr(params, f.name), f, hints[f.name])
@@ -175,16 +195,22 @@ def _check_field(name: str, value: Any, f: dataclasses.Field, hint: Any) -> None
         raise ValueError(f"{name} must be a string; got {value!r}")
     if hint is int and bounds == {"gt": 0} and value <= 0:
         raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    ops = {"gt": (lambda v, b: v > b, ">"), "ge": (lambda v, b: v >= b, ">="),
-           "lt": (lambda v, b: v < b, "<"), "le": (lambda v, b: v <= b, "<=")}
+    ops = {
+        "gt": (lambda v, b: v > b, ">"),
+        "ge": (lambda v, b: v >= b, ">="),
+        "lt": (lambda v, b: v < b, "<"),
+        "le": (lambda v, b: v <= b, "<="),
+    }
     for key, bound in bounds.items():
         ok, sign = ops[key]
         if not ok(value, bound):
             low = [k for k in ("gt", "ge") if k in bounds]
             high = [k for k in ("lt", "le") if k in bounds]
             if low and high:  # both ends: name the interval, e.g. [0, 1] or (0, 1)
-                raise ValueError(f"{name} must be in {'(' if low[0] == 'gt' else '['}{bounds[low[0]]:g}, "
-                                 f"{bounds[high[0]]:g}{')' if high[0] == 'lt' else ']'}; got {value!r}")
+                raise ValueError(
+                    f"{name} must be in {'(' if low[0] == 'gt' else '['}{bounds[low[0]]:g}, "
+                    f"{bounds[high[0]]:g}{')' if high[0] == 'lt' else ']'}; got {value!r}"
+                )
             raise ValueError(f"{name} must be {sign} {bound}; got {value!r}")
 
 
@@ -209,7 +235,9 @@ def _coerce(raw: Any, current: Any, name: str) -> Any:
         if isinstance(current, float):
             return float(raw)
     except ValueError:
-        raise ValueError(f"parameter {name}: cannot read {raw!r} as {type(current).__name__}") from None
+        raise ValueError(
+            f"parameter {name}: cannot read {raw!r} as {type(current).__name__}"
+        ) from None
     return raw
 
 

@@ -36,7 +36,8 @@ def _data_root(package: Path) -> Path:
         return repo
     raise ImportError(
         f"qkwh's data files are missing: neither {bundled} nor a repository around {package}; "
-        "reinstall qkwh (pip install qkwh, or make install in a clone)")
+        "reinstall qkwh (pip install qkwh, or make install in a clone)"
+    )
 
 
 DATA_ROOT: Path = _data_root(PACKAGE_DIR)

@@ -38,18 +38,26 @@ def check_query(query: str) -> None:
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:  # the whole message: its LINE/caret lines show where
-        raise QkwhError("\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())) from None
+        raise QkwhError(
+            "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
+        ) from None
     if not statements:
-        raise InputError("no SQL statement given: `qkwh sql \"SELECT ...\"`")
+        raise InputError('no SQL statement given: `qkwh sql "SELECT ..."`')
     if len(statements) > 1:
-        raise InputError(f"`qkwh sql` runs one statement; this holds {len(statements)}: run them one at a "
-                         "time (nothing was run)")
+        raise InputError(
+            f"`qkwh sql` runs one statement; this holds {len(statements)}: run them one at a "
+            "time (nothing was run)"
+        )
     kind = statements[0].type
     if kind not in ALLOWED:
-        name = {"LOAD": "INSTALL/LOAD",
-                "MULTI": "multi-statement (e.g. a PIVOT without `IN (...)` values)"}.get(kind.name, kind.name)
-        raise InputError(f"`qkwh sql` only reads: a {name} statement is refused (one SELECT, WITH, FROM, "
-                         "VALUES, DESCRIBE, SHOW or SUMMARIZE query; nothing was run)")
+        name = {
+            "LOAD": "INSTALL/LOAD",
+            "MULTI": "multi-statement (e.g. a PIVOT without `IN (...)` values)",
+        }.get(kind.name, kind.name)
+        raise InputError(
+            f"`qkwh sql` only reads: a {name} statement is refused (one SELECT, WITH, FROM, "
+            "VALUES, DESCRIBE, SHOW or SUMMARIZE query; nothing was run)"
+        )
 
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:

@@ -44,35 +44,72 @@ class ResolvedRope:
     layout: str
     by_layer: dict[int, tuple[np.ndarray | None, float]] = field(default_factory=dict)
 
-    def rows(self, model_id: str, *, head_dim: int, bucket_size: int, context_length: int) -> dict[str, list]:
+    def rows(
+        self, model_id: str, *, head_dim: int, bucket_size: int, context_length: int
+    ) -> dict[str, list]:
         """Columns of the ``rope_frequencies`` table, one row per (layer, plane)."""
-        cols: dict[str, list] = {k: [] for k in ("model_id", "layer", "plane", "dim_a", "dim_b", "inv_freq",
-                                                 "wavelength", "band", "attention_scaling", "layout", "source")}
+        cols: dict[str, list] = {
+            k: []
+            for k in (
+                "model_id",
+                "layer",
+                "plane",
+                "dim_a",
+                "dim_b",
+                "inv_freq",
+                "wavelength",
+                "band",
+                "attention_scaling",
+                "layout",
+                "source",
+            )
+        }
         for layer in sorted(self.by_layer):
             freqs, scaling = self.by_layer[layer]
-            for p in RF.planes(head_dim, freqs, bucket_size=bucket_size, context_length=context_length,
-                               layout=self.layout):
-                for k, v in (("model_id", model_id), ("layer", layer), ("plane", p.plane), ("dim_a", p.dim_a),
-                             ("dim_b", p.dim_b), ("inv_freq", p.inv_freq), ("wavelength", p.wavelength),
-                             ("band", p.band), ("attention_scaling", scaling), ("layout", self.layout),
-                             ("source", self.source)):
+            for p in RF.planes(
+                head_dim,
+                freqs,
+                bucket_size=bucket_size,
+                context_length=context_length,
+                layout=self.layout,
+            ):
+                for k, v in (
+                    ("model_id", model_id),
+                    ("layer", layer),
+                    ("plane", p.plane),
+                    ("dim_a", p.dim_a),
+                    ("dim_b", p.dim_b),
+                    ("inv_freq", p.inv_freq),
+                    ("wavelength", p.wavelength),
+                    ("band", p.band),
+                    ("attention_scaling", scaling),
+                    ("layout", self.layout),
+                    ("source", self.source),
+                ):
                     cols[k].append(v)
         return cols
 
     def summary(self) -> str:
         nope = sorted(layer for layer, (f, _) in self.by_layer.items() if f is None)
         widths = sorted({2 * f.size for f, _ in self.by_layer.values() if f is not None})
-        return (f"RoPE frequencies from {self.source} ({self.where}): {len(self.by_layer)} layer(s), "
-                f"rotated width {'/'.join(map(str, widths)) or 'none'}, layout {self.layout}"
-                + (f", NoPE layers {', '.join(map(str, nope))}" if nope else ""))
+        return (
+            f"RoPE frequencies from {self.source} ({self.where}): {len(self.by_layer)} layer(s), "
+            f"rotated width {'/'.join(map(str, widths)) or 'none'}, layout {self.layout}"
+            + (f", NoPE layers {', '.join(map(str, nope))}" if nope else "")
+        )
 
 
 class _Missing(Exception):
     """This source cannot give the frequencies; the message says why (the missing field)."""
 
 
-def _layers_of(layers: Iterable[int], nope: set[int], layer_types: list[str] | None,
-               by_type: dict[str, tuple[np.ndarray, float]], where: str) -> dict[int, tuple[np.ndarray | None, float]]:
+def _layers_of(
+    layers: Iterable[int],
+    nope: set[int],
+    layer_types: list[str] | None,
+    by_type: dict[str, tuple[np.ndarray, float]],
+    where: str,
+) -> dict[int, tuple[np.ndarray | None, float]]:
     out: dict[int, tuple[np.ndarray | None, float]] = {}
     for layer in sorted(set(layers)):
         if layer in nope:
@@ -81,8 +118,10 @@ def _layers_of(layers: Iterable[int], nope: set[int], layer_types: list[str] | N
         if "all" in by_type:
             kind = "all"
         elif layer_types is None or layer >= len(layer_types):
-            raise _Missing(f"{where}: no layer_types entry for layer {layer} (frequencies are per layer type: "
-                           f"{', '.join(sorted(by_type))})")
+            raise _Missing(
+                f"{where}: no layer_types entry for layer {layer} (frequencies are per layer type: "
+                f"{', '.join(sorted(by_type))})"
+            )
         else:
             kind = layer_types[layer]
         if kind not in by_type:
@@ -94,22 +133,37 @@ def _layers_of(layers: Iterable[int], nope: set[int], layer_types: list[str] | N
 def _from_capture(value: Any, layers, nope: set[int], head_dim: int) -> ResolvedRope:
     try:
         record = json.loads(value) if isinstance(value, str) else value
-        by_type = {str(k): (np.asarray(v["inv_freq"], dtype=np.float64), float(v.get("attention_scaling", 1.0)))
-                   for k, v in record["by_type"].items()}
+        by_type = {
+            str(k): (
+                np.asarray(v["inv_freq"], dtype=np.float64),
+                float(v.get("attention_scaling", 1.0)),
+            )
+            for k, v in record["by_type"].items()
+        }
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _Missing(f"metadata rope_frequencies is not a capture record ({type(exc).__name__}: {exc})") from None
+        raise _Missing(
+            f"metadata rope_frequencies is not a capture record ({type(exc).__name__}: {exc})"
+        ) from None
     layout = record.get("layout")
     if layout not in RF.LAYOUTS:
         raise _Missing("metadata rope_frequencies has no layout (half or interleaved)")
     for kind, (f, _) in by_type.items():
         if 2 * f.size > head_dim or not np.all(np.isfinite(f) & (f > 0)):
-            raise _Missing(f"metadata rope_frequencies[{kind!r}]: {f.size} frequencies do not fit head_dim {head_dim}")
+            raise _Missing(
+                f"metadata rope_frequencies[{kind!r}]: {f.size} frequencies do not fit head_dim {head_dim}"
+            )
     nope = nope | {int(x) for x in record.get("nope_layers") or []}
-    return ResolvedRope("capture", "metadata rope_frequencies", layout,
-                        _layers_of(layers, nope, record.get("layer_types"), by_type, "metadata rope_frequencies"))
+    return ResolvedRope(
+        "capture",
+        "metadata rope_frequencies",
+        layout,
+        _layers_of(layers, nope, record.get("layer_types"), by_type, "metadata rope_frequencies"),
+    )
 
 
-def _from_config(config: dict[str, Any], where: str, layers, nope: set[int], head_dim: int) -> ResolvedRope:
+def _from_config(
+    config: dict[str, Any], where: str, layers, nope: set[int], head_dim: int
+) -> ResolvedRope:
     try:
         params = RF.parameters_from_config(config, where=where)
         by_type = {kind: p.frequencies() for kind, p in params.items()}
@@ -119,8 +173,12 @@ def _from_config(config: dict[str, Any], where: str, layers, nope: set[int], hea
     if d != head_dim:
         raise _Missing(f"{where}: head_dim {d} differs from the files' vector length {head_dim}")
     nope = nope | set(RF.nope_layers_from_config(config))
-    return ResolvedRope("config", where, "half",
-                        _layers_of(layers, nope, RF.layer_types_from_config(config), by_type, where))
+    return ResolvedRope(
+        "config",
+        where,
+        "half",
+        _layers_of(layers, nope, RF.layer_types_from_config(config), by_type, where),
+    )
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -140,8 +198,9 @@ def _cached_config(repo_id: str, revision: str | None) -> Path | None:
 
         from qkwh.sniffed.hub import _default_cache_dir
 
-        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(_default_cache_dir()),
-                                       revision=revision or None)
+        found = try_to_load_from_cache(
+            repo_id, "config.json", cache_dir=str(_default_cache_dir()), revision=revision or None
+        )
     except Exception:  # noqa: BLE001 - an invalid repo id or a broken cache: not cached
         return None
     return Path(found) if isinstance(found, str) else None
@@ -153,13 +212,25 @@ def _download_config(repo_id: str, revision: str | None) -> Path:
     from qkwh.sniffed.hub import _default_cache_dir, _etag_timeout, _offline, endpoint
 
     if _offline():
-        raise _Missing(f"config.json of {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set")
+        raise _Missing(
+            f"config.json of {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
+        )
     try:
-        return Path(hf_hub_download(repo_id, "config.json", revision=revision or None, endpoint=endpoint(),
-                                    cache_dir=str(_default_cache_dir()), etag_timeout=_etag_timeout()))
+        return Path(
+            hf_hub_download(
+                repo_id,
+                "config.json",
+                revision=revision or None,
+                endpoint=endpoint(),
+                cache_dir=str(_default_cache_dir()),
+                etag_timeout=_etag_timeout(),
+            )
+        )
     except Exception as exc:  # noqa: BLE001 - any failure leaves the frequencies unresolved, never the ingest
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise _Missing(f"config.json of {repo_id} could not be read from {endpoint()} ({first})") from None
+        raise _Missing(
+            f"config.json of {repo_id} could not be read from {endpoint()} ({first})"
+        ) from None
 
 
 def _metadata_mapping(meta: DatasetMetadata, key: str) -> dict[str, Any] | None:
@@ -181,9 +252,18 @@ def _metadata_float(meta: DatasetMetadata, key: str) -> float | None:
         return None
 
 
-def resolve(*, meta: DatasetMetadata, layers: Iterable[int], head_dim: int, rope_theta: float | None,
-            rope_type: str | None, nope_layers: str | None, hf_model: str | None, hf_revision: str | None = None,
-            allow_download: bool = False) -> tuple[ResolvedRope | None, list[Finding]]:
+def resolve(
+    *,
+    meta: DatasetMetadata,
+    layers: Iterable[int],
+    head_dim: int,
+    rope_theta: float | None,
+    rope_type: str | None,
+    nope_layers: str | None,
+    hf_model: str | None,
+    hf_revision: str | None = None,
+    allow_download: bool = False,
+) -> tuple[ResolvedRope | None, list[Finding]]:
     """The frequencies of the captured ``layers`` in the order of preference of this module, and one
     ``rope_frequencies`` finding: info with the source, or a warning naming what is missing."""
     layers = sorted(set(layers))
@@ -197,23 +277,43 @@ def resolve(*, meta: DatasetMetadata, layers: Iterable[int], head_dim: int, rope
     source = meta.get_str("model_source")
     folder = Path(source).expanduser() if source else None
     if folder is not None and (folder / "config.json").is_file():
-        attempts.append(("folder", lambda: _from_config(_read_config(folder / "config.json"),
-                                                        str(folder / "config.json"), layers, nope, head_dim)))
+        attempts.append(
+            (
+                "folder",
+                lambda: _from_config(
+                    _read_config(folder / "config.json"),
+                    str(folder / "config.json"),
+                    layers,
+                    nope,
+                    head_dim,
+                ),
+            )
+        )
     if hf_model:
+
         def cached() -> ResolvedRope:
             path = _cached_config(hf_model, hf_revision)
             if path is None:
                 raise _Missing(f"config.json of {hf_model} is not in the Hugging Face cache")
-            return _from_config(_read_config(path), f"{hf_model} config.json", layers, nope, head_dim)
+            return _from_config(
+                _read_config(path), f"{hf_model} config.json", layers, nope, head_dim
+            )
+
         attempts.append(("cache", cached))
 
     def from_theta() -> ResolvedRope:
         if rope_theta is None:
             raise _Missing("no rope_theta in the metadata or the registry")
-        scaling = _metadata_mapping(meta, "rope_parameters") or _metadata_mapping(meta, "rope_scaling")
+        scaling = _metadata_mapping(meta, "rope_parameters") or _metadata_mapping(
+            meta, "rope_scaling"
+        )
         if scaling:  # the scaling recorded in the metadata, read like a config.json
-            cfg = {"head_dim": head_dim, "rope_theta": rope_theta, "rope_scaling": scaling,
-                   "max_position_embeddings": meta.get_int("max_position_embeddings")}
+            cfg = {
+                "head_dim": head_dim,
+                "rope_theta": rope_theta,
+                "rope_scaling": scaling,
+                "max_position_embeddings": meta.get_int("max_position_embeddings"),
+            }
             prf = _metadata_float(meta, "partial_rotary_factor")
             if prf is not None:
                 cfg["partial_rotary_factor"] = prf
@@ -221,19 +321,36 @@ def resolve(*, meta: DatasetMetadata, layers: Iterable[int], head_dim: int, rope
             resolved.source = "rope_theta"
             return resolved
         if rope_type not in (None, "", "default"):
-            raise _Missing(f"rope_type {rope_type!r} needs its scaling parameters (factor, ...), which the "
-                           "metadata does not record")
+            raise _Missing(
+                f"rope_type {rope_type!r} needs its scaling parameters (factor, ...), which the "
+                "metadata does not record"
+            )
         prf = _metadata_float(meta, "partial_rotary_factor") or 1.0
         try:
             freqs = RF.default_inv_freq(rope_theta, RF.rotary_dim(head_dim, prf))
         except RF.RopeParameterError as exc:
             raise _Missing(str(exc)) from None
-        return ResolvedRope("rope_theta", f"rope_theta {rope_theta:g}, default type", "half",
-                            _layers_of(layers, nope, None, {"all": (freqs, 1.0)}, "rope_theta"))
+        return ResolvedRope(
+            "rope_theta",
+            f"rope_theta {rope_theta:g}, default type",
+            "half",
+            _layers_of(layers, nope, None, {"all": (freqs, 1.0)}, "rope_theta"),
+        )
+
     attempts.append(("rope_theta", from_theta))
     if hf_model and allow_download:
-        attempts.append(("hub", lambda: _from_config(_read_config(_download_config(hf_model, hf_revision)),
-                                                     f"{hf_model} config.json", layers, nope, head_dim)))
+        attempts.append(
+            (
+                "hub",
+                lambda: _from_config(
+                    _read_config(_download_config(hf_model, hf_revision)),
+                    f"{hf_model} config.json",
+                    layers,
+                    nope,
+                    head_dim,
+                ),
+            )
+        )
     for _name, attempt in attempts:
         try:
             resolved = attempt()
@@ -242,6 +359,11 @@ def resolve(*, meta: DatasetMetadata, layers: Iterable[int], head_dim: int, rope
             continue
         return resolved, [Finding("info", None, CHECK, resolved.summary())]
     why = "; ".join(tried)
-    return None, [Finding("warning", None, CHECK,
-                          f"RoPE frequencies unknown, the rope analysis will skip this model: {why}")]
-
+    return None, [
+        Finding(
+            "warning",
+            None,
+            CHECK,
+            f"RoPE frequencies unknown, the rope analysis will skip this model: {why}",
+        )
+    ]

@@ -50,8 +50,10 @@ def list_sets(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     try:
         rows = con.execute(store.load_sql("runs_list"), [models or None]).fetchall()
     except duckdb.BinderException:  # run_config without `name`: opened read-only, never migrated
-        raise QkwhError("this warehouse was written by an older qkwh: open it once for writing (e.g. "
-                        "`qkwh build`, or `qkwh compute`) to migrate it, then retry") from None
+        raise QkwhError(
+            "this warehouse was written by an older qkwh: open it once for writing (e.g. "
+            "`qkwh build`, or `qkwh compute`) to migrate it, then retry"
+        ) from None
     return [ParamSet(*r[:-1], params=json.loads(r[-1]) if r[-1] else {}) for r in rows]  # type: ignore[misc]
 
 
@@ -59,8 +61,10 @@ def _existing(warehouse: str | Path | None) -> Path:
     """The warehouse file, which must exist (commands on parameter sets never create one)."""
     wh = store.resolve_warehouse(warehouse)
     if not wh.is_file():
-        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
-                            "(or set $QKWH_WAREHOUSE)")
+        raise NotFoundError(
+            f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse "
+            "(or set $QKWH_WAREHOUSE)"
+        )
     return wh
 
 
@@ -74,22 +78,34 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, str]:
     Raises :class:`NotFoundError` naming the known sets when nothing matches, and
     :class:`InputError` when a prefix is ambiguous.
     """
-    named = con.execute("SELECT analysis, config_id FROM run_config WHERE name = ?", [ref]).fetchall()
+    named = con.execute(
+        "SELECT analysis, config_id FROM run_config WHERE name = ?", [ref]
+    ).fetchall()
     if named and not looks_like_config_id(ref):
         return dict(named)
-    exact = con.execute("SELECT analysis, config_id FROM run_config WHERE config_id = ?", [ref]).fetchall()
+    exact = con.execute(
+        "SELECT analysis, config_id FROM run_config WHERE config_id = ?", [ref]
+    ).fetchall()
     if exact:
         return dict(exact)
     if len(ref) >= 4:
-        hits = con.execute("SELECT analysis, config_id FROM run_config WHERE starts_with(config_id, ?)",
-                           [ref]).fetchall()
+        hits = con.execute(
+            "SELECT analysis, config_id FROM run_config WHERE starts_with(config_id, ?)", [ref]
+        ).fetchall()
         if len(hits) == 1:
             return dict(hits)
         if len(hits) > 1:
-            raise InputError(f"parameter set {ref!r} is ambiguous: {', '.join(sorted(c for _, c in hits))}")
+            raise InputError(
+                f"parameter set {ref!r} is ambiguous: {', '.join(sorted(c for _, c in hits))}"
+            )
     if named:  # a hex-looking name given before such names were refused, and no config_id matches
         return dict(named)
-    known = [k for (k,) in con.execute("SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at").fetchall()]
+    known = [
+        k
+        for (k,) in con.execute(
+            "SELECT coalesce(name, config_id) FROM run_config ORDER BY created_at"
+        ).fetchall()
+    ]
     raise NotFoundError(unknown_names("parameter set", [ref], known) + "; see `qkwh runs`")
 
 
@@ -97,22 +113,32 @@ def config_of(con: duckdb.DuckDBPyConnection, ref: str) -> RunConfig:
     """The RunConfig a set was computed with (to compute more heads of it: `compute --name`)."""
     ids = resolve(con, ref)
     merged: dict = {}
-    for (params,) in con.execute("SELECT params_json FROM run_config WHERE list_contains(?, config_id)",
-                                 [list(ids.values())]).fetchall():
+    for (params,) in con.execute(
+        "SELECT params_json FROM run_config WHERE list_contains(?, config_id)", [list(ids.values())]
+    ).fetchall():
         for key, value in json.loads(params).items():
             merged[key] = value
     return RunConfig.from_dict(merged)
 
 
-def _models_with(con: duckdb.DuckDBPyConnection, ids: dict[str, str], models: list[str] | None) -> list[tuple[str, str, str]]:
-    rows = con.execute("SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
-                       "WHERE list_contains(?, config_id) AND (? IS NULL OR list_contains(?, model_id)) "
-                       "ORDER BY 1, 2", [list(ids.values()), models or None, models or None]).fetchall()
+def _models_with(
+    con: duckdb.DuckDBPyConnection, ids: dict[str, str], models: list[str] | None
+) -> list[tuple[str, str, str]]:
+    rows = con.execute(
+        "SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
+        "WHERE list_contains(?, config_id) AND (? IS NULL OR list_contains(?, model_id)) "
+        "ORDER BY 1, 2",
+        [list(ids.values()), models or None, models or None],
+    ).fetchall()
     return [tuple(r) for r in rows]
 
 
-def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
-        analyses: list[str] | None = None) -> list[tuple[str, str, str]]:
+def use(
+    warehouse: str | Path | None,
+    ref: str,
+    models: list[str] | None = None,
+    analyses: list[str] | None = None,
+) -> list[tuple[str, str, str]]:
     """Make the set ``ref`` current (the one the marts report) for every model holding rows of it
     (or only ``models``), for its analyses (or only ``analyses``).  Run `qkwh build` afterwards.
 
@@ -130,36 +156,48 @@ def use(warehouse: str | Path | None, ref: str, models: list[str] | None = None,
         hits = _models_with(con, ids, models)
         missing = sorted(set(models or []) - {m for m, _, _ in hits})
         if missing or not hits:
-            raise NotFoundError(f"no heads of parameter set {ref!r} in "
-                                f"{', '.join(missing) if missing else 'the warehouse'}")
+            raise NotFoundError(
+                f"no heads of parameter set {ref!r} in "
+                f"{', '.join(missing) if missing else 'the warehouse'}"
+            )
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with store.transaction(con):
-            con.executemany(store.load_sql("set_current_config"), [[m, a, c, now] for m, a, c in hits])
+            con.executemany(
+                store.load_sql("set_current_config"), [[m, a, c, now] for m, a, c in hits]
+            )
         return hits
     finally:
         con.close()
 
 
-def drop_plan(con: duckdb.DuckDBPyConnection, ref: str, models: list[str] | None = None) -> dict[str, int]:
+def drop_plan(
+    con: duckdb.DuckDBPyConnection, ref: str, models: list[str] | None = None
+) -> dict[str, int]:
     """Rows that dropping ``ref`` (in ``models``, default all) would delete, per table.
 
     Raises :class:`QkwhError` when the set is current for a model in scope: the marts would
     lose that model's results, so another set must be made current first.
     """
     ids = resolve(con, ref)
-    current = con.execute("SELECT model_id, analysis FROM current_config WHERE list_contains(?, config_id) "
-                          "AND (? IS NULL OR list_contains(?, model_id)) ORDER BY 1, 2",
-                          [list(ids.values()), models or None, models or None]).fetchall()
+    current = con.execute(
+        "SELECT model_id, analysis FROM current_config WHERE list_contains(?, config_id) "
+        "AND (? IS NULL OR list_contains(?, model_id)) ORDER BY 1, 2",
+        [list(ids.values()), models or None, models or None],
+    ).fetchall()
     if current:
         where = ", ".join(f"{m} ({a})" for m, a in current)
-        raise InputError(f"parameter set {ref!r} is the current set of {where}: the marts read it. Make another "
-                         "set current first (`qkwh runs use OTHER`), then drop this one")
+        raise InputError(
+            f"parameter set {ref!r} is the current set of {where}: the marts read it. Make another "
+            "set current first (`qkwh runs use OTHER`), then drop this one"
+        )
     counts: dict[str, int] = {}
     for analysis, cid in ids.items():
         for table in (*registry.get(analysis).table_names, "head_runs"):
-            n = con.execute(f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "  # type: ignore[index]
-                            "AND (? IS NULL OR list_contains(?, model_id))",
-                            [cid, models or None, models or None]).fetchone()[0]
+            n = con.execute(
+                f"SELECT count(*) FROM {store.quote_ident(table)} WHERE config_id = ? "  # type: ignore[index]
+                "AND (? IS NULL OR list_contains(?, model_id))",
+                [cid, models or None, models or None],
+            ).fetchone()[0]
             counts[table] = counts.get(table, 0) + n
     return counts
 
@@ -179,11 +217,17 @@ def drop(warehouse: str | Path | None, ref: str, models: list[str] | None = None
         with store.transaction(con):
             for analysis, cid in ids.items():
                 for table in (*registry.get(analysis).table_names, "head_runs"):
-                    con.execute(f"DELETE FROM {store.quote_ident(table)} WHERE config_id = ? "
-                                "AND (? IS NULL OR list_contains(?, model_id))", [cid, models or None, models or None])
-                con.execute("DELETE FROM run_config WHERE config_id = ? AND NOT EXISTS "
-                            "(SELECT 1 FROM head_runs WHERE config_id = ?) AND NOT EXISTS "
-                            "(SELECT 1 FROM current_config WHERE config_id = ?)", [cid, cid, cid])
+                    con.execute(
+                        f"DELETE FROM {store.quote_ident(table)} WHERE config_id = ? "
+                        "AND (? IS NULL OR list_contains(?, model_id))",
+                        [cid, models or None, models or None],
+                    )
+                con.execute(
+                    "DELETE FROM run_config WHERE config_id = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM head_runs WHERE config_id = ?) AND NOT EXISTS "
+                    "(SELECT 1 FROM current_config WHERE config_id = ?)",
+                    [cid, cid, cid],
+                )
         return counts
     finally:
         con.close()
@@ -214,18 +258,39 @@ class SetDiff:
 def diff(con: duckdb.DuckDBPyConnection, ref_a: str, ref_b: str) -> list[SetDiff]:
     """Per analysis, the parameters (and code version) in which sets ``ref_a`` and ``ref_b`` differ."""
     a, b = resolve(con, ref_a), resolve(con, ref_b)
-    info = {cid: (code, json.loads(p)) for cid, code, p in con.execute(
-        "SELECT config_id, code_version, params_json FROM run_config WHERE list_contains(?, config_id)",
-        [list(a.values()) + list(b.values())]).fetchall()}
+    info = {
+        cid: (code, json.loads(p))
+        for cid, code, p in con.execute(
+            "SELECT config_id, code_version, params_json FROM run_config WHERE list_contains(?, config_id)",
+            [list(a.values()) + list(b.values())],
+        ).fetchall()
+    }
     out = []
     for analysis in sorted(set(a) | set(b)):
         ca, cb = a.get(analysis), b.get(analysis)
         pa_ = _flatten(info[ca][1]) if ca else {}
         pb_ = _flatten(info[cb][1]) if cb else {}
-        changed = [(k, pa_.get(k), pb_.get(k)) for k in sorted(set(pa_) | set(pb_)) if pa_.get(k) != pb_.get(k)]
-        only = {} if ca and cb else {k: v for k, v in sorted((pa_ or pb_).items()) if k.startswith(f"{analysis}.")}
-        out.append(SetDiff(analysis, ca, cb, changed, info[ca][0] if ca else None, info[cb][0] if cb else None,
-                           only))
+        changed = [
+            (k, pa_.get(k), pb_.get(k))
+            for k in sorted(set(pa_) | set(pb_))
+            if pa_.get(k) != pb_.get(k)
+        ]
+        only = (
+            {}
+            if ca and cb
+            else {k: v for k, v in sorted((pa_ or pb_).items()) if k.startswith(f"{analysis}.")}
+        )
+        out.append(
+            SetDiff(
+                analysis,
+                ca,
+                cb,
+                changed,
+                info[ca][0] if ca else None,
+                info[cb][0] if cb else None,
+                only,
+            )
+        )
     return out
 
 
@@ -240,13 +305,28 @@ def check_name(name: str) -> str:
     never something that reads as a config_id or a prefix of one (4 or more hex digits, e.g.
     ``d717`` or ``2024``), so a name can never hide a config_id."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", name or ""):
-        raise InputError(f"parameter-set name {name!r}: use letters, digits, '.', '_' and '-' "
-                         "(starting with a letter or digit, at most 64 characters)")
+        raise InputError(
+            f"parameter-set name {name!r}: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 64 characters)"
+        )
     if looks_like_config_id(name):
-        raise InputError(f"parameter-set name {name!r} reads as a config_id prefix (only hex digits): "
-                         "choose a name with another letter, e.g. 'run-" + name + "'")
+        raise InputError(
+            f"parameter-set name {name!r} reads as a config_id prefix (only hex digits): "
+            "choose a name with another letter, e.g. 'run-" + name + "'"
+        )
     return name
 
 
-__all__ = ["ParamSet", "SetDiff", "check_name", "config_of", "diff", "drop", "drop_plan", "list_sets",
-           "resolve", "use", "QkwhError"]
+__all__ = [
+    "ParamSet",
+    "SetDiff",
+    "check_name",
+    "config_of",
+    "diff",
+    "drop",
+    "drop_plan",
+    "list_sets",
+    "resolve",
+    "use",
+    "QkwhError",
+]

@@ -38,12 +38,15 @@ class Staleness:
     not_built: tuple[str, ...] = ()  # ingested after a table was built
     removed: tuple[str, ...] = ()  # in a table's build but no longer in the warehouse
     has_marts: bool = False
-    unknown: tuple[str, ...] = ()  # tables no finished `qkwh build` recorded (interrupted, outside qkwh)
+    unknown: tuple[
+        str, ...
+    ] = ()  # tables no finished `qkwh build` recorded (interrupted, outside qkwh)
 
     @property
     def stale(self) -> bool:
         return bool(self.changed or self.not_built or self.removed or self.unknown) or (
-            self.has_marts and self.built_at is None)
+            self.has_marts and self.built_at is None
+        )
 
     def message(self) -> str:
         """One line for a warning (empty when the marts are up to date)."""
@@ -60,9 +63,13 @@ class Staleness:
         if self.removed:
             parts.append(f"still holding removed {', '.join(self.removed)}")
         if self.unknown:
-            shown = ", ".join(self.unknown[:3]) + (f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else "")
-            parts.append(f"{len(self.unknown)} table(s) not written by a finished `qkwh build` ({shown}: an "
-                         "interrupted or failed build, or dbt run outside qkwh)")
+            shown = ", ".join(self.unknown[:3]) + (
+                f" and {len(self.unknown) - 3} more" if len(self.unknown) > 3 else ""
+            )
+            parts.append(
+                f"{len(self.unknown)} table(s) not written by a finished `qkwh build` ({shown}: an "
+                "interrupted or failed build, or dbt run outside qkwh)"
+            )
         detail = "; ".join(parts) or "no build recorded"
         return f"the marts are stale ({when}; {detail}): run `qkwh build`"
 
@@ -74,8 +81,12 @@ def _has_marts(con: duckdb.DuckDBPyConnection) -> bool:
 def project_tables() -> set[str]:
     """The tables the dbt project writes (models of its table folders; staging models are views)."""
     models = DBT_PROJECT_DIR / "models"
-    return {p.stem for folder in ("intermediate", "uncertainty", "marts")
-            for p in (models / folder).glob("*") if p.suffix in (".sql", ".py")}
+    return {
+        p.stem
+        for folder in ("intermediate", "uncertainty", "marts")
+        for p in (models / folder).glob("*")
+        if p.suffix in (".sql", ".py")
+    }
 
 
 def _builds(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, set], dict[str, tuple]]:
@@ -84,8 +95,9 @@ def _builds(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, set], dict[str, t
         rels = con.execute("SELECT relation, build_id FROM mart_relations").fetchall()
         # a build still marked running is one a kill interrupted (dbt holds the file while it
         # runs): the tables it wrote hold what it read
-        rows = con.execute("SELECT build_id, built_at, inputs_json FROM mart_builds "
-                           "WHERE build_id IS NOT NULL").fetchall()
+        rows = con.execute(
+            "SELECT build_id, built_at, inputs_json FROM mart_builds WHERE build_id IS NOT NULL"
+        ).fetchall()
     except duckdb.Error:  # a warehouse no qkwh with mart_relations has written to
         return {}, {}
     recorded: dict[str, set] = {}
@@ -131,8 +143,10 @@ def staleness(con: duckdb.DuckDBPyConnection, models: list[str] | None = None) -
     )
 
 
-_PRUNE = ("DELETE FROM mart_builds WHERE NOT running AND (build_id IS NULL OR build_id NOT IN "
-          "(SELECT build_id FROM mart_relations WHERE build_id IS NOT NULL))")
+_PRUNE = (
+    "DELETE FROM mart_builds WHERE NOT running AND (build_id IS NULL OR build_id NOT IN "
+    "(SELECT build_id FROM mart_relations WHERE build_id IS NOT NULL))"
+)
 
 
 def start_build(con: duckdb.DuckDBPyConnection) -> str:
@@ -145,8 +159,10 @@ def start_build(con: duckdb.DuckDBPyConnection) -> str:
     with store.transaction(con):
         con.execute("UPDATE mart_builds SET running = false WHERE running")
         con.execute(_PRUNE)
-        con.execute("INSERT INTO mart_builds (build_id, built_at, inputs_json, running) VALUES (?, ?, ?, true)",
-                    [build_id, started, json.dumps(states, sort_keys=True)])
+        con.execute(
+            "INSERT INTO mart_builds (build_id, built_at, inputs_json, running) VALUES (?, ?, ?, true)",
+            [build_id, started, json.dumps(states, sort_keys=True)],
+        )
     return build_id
 
 
@@ -156,9 +172,13 @@ def finish_build(con: duckdb.DuckDBPyConnection, build_id: str) -> None:
     may hold either state: the build's inputs become unknown, so its tables count as stale."""
     states = input_states(con)
     with store.transaction(con):
-        row = con.execute("SELECT inputs_json FROM mart_builds WHERE build_id = ?", [build_id]).fetchone()
+        row = con.execute(
+            "SELECT inputs_json FROM mart_builds WHERE build_id = ?", [build_id]
+        ).fetchone()
         if row and json.loads(row[0]) != states:
-            con.execute("UPDATE mart_builds SET inputs_json = 'null' WHERE build_id = ?", [build_id])
+            con.execute(
+                "UPDATE mart_builds SET inputs_json = 'null' WHERE build_id = ?", [build_id]
+            )
         con.execute("UPDATE mart_builds SET running = false WHERE build_id = ?", [build_id])
         con.execute(_PRUNE)
 
@@ -178,15 +198,17 @@ def snapshot_relations(con: duckdb.DuckDBPyConnection) -> set[str]:
     """Tables dbt wrote (marts and int_* tables; not seeds, not the stg_* views, which read the
     warehouse live)."""
     seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
-    rows = con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-                       "AND table_type = 'BASE TABLE'").fetchall()
+    rows = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+        "AND table_type = 'BASE TABLE'"
+    ).fetchall()
     own = set(store.CATALOG_TABLES + store.compute_tables()) | _BOOKKEEPING
     return {r[0] for r in rows} - own - seeds
 
 
 def relations_in(query: str, names: set[str]) -> list[str]:
     """The names of ``names`` that ``query`` mentions (as whole identifiers)."""
-    words = {w.lower() for w in re.findall(r'[A-Za-z_][A-Za-z0-9_]*', query)}
+    words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", query)}
     return sorted(n for n in names if n.lower() in words)
 
 
@@ -205,7 +227,9 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
     st = staleness(con)
     sets = list_sets(con)
     out = []
-    for m, n_files, n_heads, n_analysable, ingested_at in con.execute(store.load_sql("status_models")).fetchall():
+    for m, n_files, n_heads, n_analysable, ingested_at in con.execute(
+        store.load_sql("status_models")
+    ).fetchall():
         if m in st.changed:
             built = "stale"
         elif m in st.not_built or not st.has_marts:
@@ -214,8 +238,17 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
             built = "stale"
         else:
             built = "up to date"
-        out.append(ModelStatus(m, n_files, n_heads, n_analysable, ingested_at,
-                               [s for s in sets if s.model_id == m], built))
+        out.append(
+            ModelStatus(
+                m,
+                n_files,
+                n_heads,
+                n_analysable,
+                ingested_at,
+                [s for s in sets if s.model_id == m],
+                built,
+            )
+        )
     return out, st
 
 
@@ -237,7 +270,11 @@ def models_overview(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tup
 
 def _sets_cell(sets: list[ParamSet]) -> str:
     cur = next((s for s in sets if s.is_current), None)
-    text = f"{cur.label}: {cur.n_heads}/{cur.n_analysable}" + (" PARTIAL" if cur.partial else "") if cur else "-"
+    text = (
+        f"{cur.label}: {cur.n_heads}/{cur.n_analysable}" + (" PARTIAL" if cur.partial else "")
+        if cur
+        else "-"
+    )
     others = len(sets) - (1 if cur else 0)
     return text + (f" (+{others} other set{'s' if others > 1 else ''})" if others else "")
 
@@ -246,8 +283,14 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
     """Columns and rows of `qkwh status`: per registered analysis, its current parameter set's
     heads of the analysable heads (and how many other sets are held)."""
     names = registry.names()
-    rows = [[m.model_id, f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
-             f"{m.n_heads} ({m.n_analysable})",
-             *(_sets_cell([s for s in m.sets if s.analysis == a]) for a in names), m.built]
-            for m in models]
+    rows = [
+        [
+            m.model_id,
+            f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
+            f"{m.n_heads} ({m.n_analysable})",
+            *(_sets_cell([s for s in m.sets if s.analysis == a]) for a in names),
+            m.built,
+        ]
+        for m in models
+    ]
     return ["model_id", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows

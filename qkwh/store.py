@@ -52,8 +52,13 @@ def lock_wait(default: float = DEFAULT_LOCK_WAIT) -> float:
     return default
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-            wait: float | None = None, schema: bool = True) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+    wait: float | None = None,
+    schema: bool = True,
+) -> duckdb.DuckDBPyConnection:
     """Open the warehouse (creating it and its schema when writable).
 
     When another process holds the file (DuckDB lets one process write, or several read), the
@@ -66,7 +71,9 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     """
     wh = resolve_warehouse(path)
     if read_only and not wh.exists():
-        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
+        raise NotFoundError(
+            f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse"
+        )
     if not read_only:
         wh.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + (lock_wait() if wait is None else wait)
@@ -109,14 +116,26 @@ def _check_is_warehouse(con: duckdb.DuckDBPyConnection, wh: Path, *, read_only: 
     """Refuse a DuckDB file that is not a qkwh warehouse before anything is written to it: one
     with tables but not qkwh's catalog, or (read-only) an empty one.  An empty file opened for
     writing becomes a warehouse."""
-    names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables "
-                                       "WHERE table_catalog = current_database()").fetchall()}
+    names = {
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_catalog = current_database()"
+        ).fetchall()
+    }
     if set(WAREHOUSE_MARKERS) <= names or (not names and not read_only):
         return
-    what = "an empty DuckDB database" if not names else "a DuckDB database without qkwh's tables (models, files, heads)"
-    raise NotAWarehouseError(f"{wh} is not a qkwh warehouse: it is {what}; nothing was written. Pass the "
-                             "warehouse with --warehouse (or $QKWH_WAREHOUSE), or `qkwh ingest SOURCE` into a new "
-                             "file", empty=not names)
+    what = (
+        "an empty DuckDB database"
+        if not names
+        else "a DuckDB database without qkwh's tables (models, files, heads)"
+    )
+    raise NotAWarehouseError(
+        f"{wh} is not a qkwh warehouse: it is {what}; nothing was written. Pass the "
+        "warehouse with --warehouse (or $QKWH_WAREHOUSE), or `qkwh ingest SOURCE` into a new "
+        "file",
+        empty=not names,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +148,9 @@ def _schema_ddl(table: str) -> str:
     for an analysis table, else the one in warehouse/schema.sql."""
     if table in registry.result_tables():
         return analysis_table_ddl(registry.table(table))
-    m = re.search(rf"CREATE TABLE IF NOT EXISTS {re.escape(table)} \((.*?)\n\);", SCHEMA_SQL.read_text(), re.S)
+    m = re.search(
+        rf"CREATE TABLE IF NOT EXISTS {re.escape(table)} \((.*?)\n\);", SCHEMA_SQL.read_text(), re.S
+    )
     if not m:  # pragma: no cover - every migrated table is in the schema
         raise QkwhError(f"schema.sql has no table {table}")
     return m.group(0)
@@ -148,7 +169,11 @@ def tables_to_migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     parameter set per head), and the per-head result tables that still have a PRIMARY KEY index
     (their keys are now guaranteed by the writer and tested by dbt)."""
     keys = _primary_keys(con)
-    return [t for t in compute_tables() if t in keys and (t != "head_runs" or "config_id" not in keys[t])]
+    return [
+        t
+        for t in compute_tables()
+        if t in keys and (t != "head_runs" or "config_id" not in keys[t])
+    ]
 
 
 def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -163,16 +188,36 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     with transaction(con):
         for table in old:
             new = f"{table}__qkwh_migrating"
-            con.execute(re.sub(rf'^CREATE TABLE IF NOT EXISTS ("?){re.escape(table)}\1 \(',
-                               f"CREATE TABLE {quote_ident(new)} (", _schema_ddl(table), count=1, flags=re.M))
-            have = {r[0] for r in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-                "AND table_name = ?", [table]).fetchall()}
-            cols = [r[0] for r in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-                "AND table_name = ? ORDER BY ordinal_position", [new]).fetchall() if r[0] in have]
+            con.execute(
+                re.sub(
+                    rf'^CREATE TABLE IF NOT EXISTS ("?){re.escape(table)}\1 \(',
+                    f"CREATE TABLE {quote_ident(new)} (",
+                    _schema_ddl(table),
+                    count=1,
+                    flags=re.M,
+                )
+            )
+            have = {
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                    "AND table_name = ?",
+                    [table],
+                ).fetchall()
+            }
+            cols = [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                    "AND table_name = ? ORDER BY ordinal_position",
+                    [new],
+                ).fetchall()
+                if r[0] in have
+            ]
             names = ", ".join(quote_ident(c) for c in cols)
-            con.execute(f"INSERT INTO {quote_ident(new)} ({names}) SELECT {names} FROM {quote_ident(table)}")
+            con.execute(
+                f"INSERT INTO {quote_ident(new)} ({names}) SELECT {names} FROM {quote_ident(table)}"
+            )
             con.execute(f"DROP TABLE {quote_ident(table)}")
             con.execute(f"ALTER TABLE {quote_ident(new)} RENAME TO {quote_ident(table)}")
     log.info("migrated %s to the current schema", ", ".join(old))
@@ -251,7 +296,13 @@ def tables_with_column(con: duckdb.DuckDBPyConnection, column: str) -> list[str]
     return [r[0] for r in rows]
 
 
-CATALOG_TABLES: tuple[str, ...] = ("models", "files", "heads", "ingest_findings", "rope_frequencies")
+CATALOG_TABLES: tuple[str, ...] = (
+    "models",
+    "files",
+    "heads",
+    "ingest_findings",
+    "rope_frequencies",
+)
 
 
 def compute_tables() -> tuple[str, ...]:
@@ -273,9 +324,12 @@ def analysis_table_ddl(table: Table) -> str:
     and ``config_id``."""
     return load_sql("analysis_table").format(
         table=quote_ident(table.name),
-        columns=",\n    ".join(f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in table.key else ''}"
-                               for c in table.columns),
-        key="".join(f", {c}" for c in table.key))
+        columns=",\n    ".join(
+            f"{quote_ident(c.name)} {c.type}{' NOT NULL' if c.name in table.key else ''}"
+            for c in table.columns
+        ),
+        key="".join(f", {c}" for c in table.key),
+    )
 
 
 def create_analysis_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -289,16 +343,26 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
     column name."""
     import pyarrow as pa
 
-    if table not in CATALOG_TABLES + compute_tables() + ("run_config", "current_config", "mart_builds"):
+    if table not in CATALOG_TABLES + compute_tables() + (
+        "run_config",
+        "current_config",
+        "mart_builds",
+    ):
         raise ValueError(f"not a qkwh table: {table!r}")
-    data = columns if isinstance(columns, pa.Table) else pa.table({k: as_arrow(v) for k, v in columns.items()})
+    data = (
+        columns
+        if isinstance(columns, pa.Table)
+        else pa.table({k: as_arrow(v) for k, v in columns.items()})
+    )
     if data.num_rows == 0:
         return 0
     con.register("_qkwh_insert", data)
     try:
         con.execute(f"INSERT INTO {quote_ident(table)} BY NAME SELECT * FROM _qkwh_insert")
     finally:
-        with contextlib.suppress(duckdb.Error):  # in a failed transaction: report the INSERT's error
+        with contextlib.suppress(
+            duckdb.Error
+        ):  # in a failed transaction: report the INSERT's error
             con.unregister("_qkwh_insert")
     return data.num_rows
 
@@ -327,13 +391,17 @@ def vectors_view_names(model_ids: list[str]) -> dict[str, str]:
     return names
 
 
-def missing_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | None = None,
-                         kind: str | None = None) -> dict[str, tuple[int, int, str]]:
+def missing_vector_files(
+    con: duckdb.DuckDBPyConnection, models: list[str] | None = None, kind: str | None = None
+) -> dict[str, tuple[int, int, str]]:
     """``model_id -> (files missing, files cataloged, first missing path)`` for the models (default:
     all) with a cataloged local file (of ``kind`` 'q' or 'k', default both) that no longer exists.
     ``hf://`` files are never checked (that would be a network call on every connection)."""
-    rows = con.execute("SELECT model_id, path FROM files WHERE ($1 IS NULL OR list_contains($1, model_id)) "
-                       "AND ($2 IS NULL OR kind = $2) ORDER BY model_id, path", [models or None, kind]).fetchall()
+    rows = con.execute(
+        "SELECT model_id, path FROM files WHERE ($1 IS NULL OR list_contains($1, model_id)) "
+        "AND ($2 IS NULL OR kind = $2) ORDER BY model_id, path",
+        [models or None, kind],
+    ).fetchall()
     total: dict[str, int] = {}
     gone: dict[str, list[str]] = {}
     for model_id, path in rows:
@@ -345,9 +413,11 @@ def missing_vector_files(con: duckdb.DuckDBPyConnection, models: list[str] | Non
 
 def missing_files_message(model_id: str, n_missing: int, n_files: int, example: str) -> str:
     """One line naming the model, a missing file and the two fixes."""
-    return (f"the vectors of model {model_id!r} are unavailable: {n_missing} of {n_files} cataloged files "
-            f"are missing (e.g. {example}); re-ingest it from its new place (`qkwh ingest NEW_FOLDER "
-            f"--model-id {model_id}`) or drop it (`qkwh remove {model_id}`)")
+    return (
+        f"the vectors of model {model_id!r} are unavailable: {n_missing} of {n_files} cataloged files "
+        f"are missing (e.g. {example}); re-ingest it from its new place (`qkwh ingest NEW_FOLDER "
+        f"--model-id {model_id}`) or drop it (`qkwh remove {model_id}`)"
+    )
 
 
 def _vectors_state(missing: tuple[int, int, str] | None) -> str:
@@ -357,8 +427,12 @@ def _vectors_state(missing: tuple[int, int, str] | None) -> str:
     return f"qkwh vectors: {n_missing} of {n_files} files missing, e.g. {example}"
 
 
-def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = False,
-                         missing: dict[str, tuple[int, int, str]] | None = None) -> None:
+def rebuild_vectors_view(
+    con: duckdb.DuckDBPyConnection,
+    *,
+    temporary: bool = False,
+    missing: dict[str, tuple[int, int, str]] | None = None,
+) -> None:
     """(Re)create the per-model views ``vectors_<model_id>`` (:func:`vectors_view_names`) and the
     ``vectors`` view over them, reading the parquet files in place.
 
@@ -387,17 +461,27 @@ def rebuild_vectors_view(con: duckdb.DuckDBPyConnection, *, temporary: bool = Fa
         view = quote_ident(names[model_id])
         if model_id in missing:
             body = load_sql("vectors_missing").format(
-                model_id=quote_literal(model_id), vector_type=vtype,
-                message=quote_literal(missing_files_message(model_id, *missing[model_id])))
+                model_id=quote_literal(model_id),
+                vector_type=vtype,
+                message=quote_literal(missing_files_message(model_id, *missing[model_id])),
+            )
         else:
-            paths = [r[0] for r in con.execute(
-                "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]).fetchall()]
+            paths = [
+                r[0]
+                for r in con.execute(
+                    "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]
+                ).fetchall()
+            ]
             body = load_sql("vectors_model").format(
                 paths="[" + ", ".join(quote_literal(p) for p in paths) + "]",
-                model_id=quote_literal(model_id), vector_type=vtype)
+                model_id=quote_literal(model_id),
+                vector_type=vtype,
+            )
         con.execute(f"CREATE OR REPLACE {kind} {view} AS\n{body}")
         if not temporary:
-            con.execute(f"COMMENT ON VIEW {view} IS {quote_literal(_vectors_state(missing.get(model_id)))}")
+            con.execute(
+                f"COMMENT ON VIEW {view} IS {quote_literal(_vectors_state(missing.get(model_id)))}"
+            )
     if models:
         body = "\nUNION ALL\n".join(f"SELECT * FROM {quote_ident(names[m])}" for m, _ in models)
     else:
@@ -413,7 +497,9 @@ def _stored_vectors_views(con: duckdb.DuckDBPyConnection) -> dict[str, str | Non
     rows = con.execute(
         "SELECT view_name, comment FROM duckdb_views() WHERE NOT temporary AND NOT internal "
         "AND database_name = current_database() AND schema_name = 'main' AND starts_with(view_name, ?) "
-        "AND starts_with(comment, 'qkwh vectors:')", [VECTORS_VIEW_PREFIX]).fetchall()
+        "AND starts_with(comment, 'qkwh vectors:')",
+        [VECTORS_VIEW_PREFIX],
+    ).fetchall()
     return dict(rows)
 
 
@@ -426,16 +512,24 @@ def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> 
     is done when they match (the common case).
     """
     try:
-        models = [r[0] for r in con.execute("SELECT DISTINCT model_id FROM files ORDER BY 1").fetchall()]
+        models = [
+            r[0] for r in con.execute("SELECT DISTINCT model_id FROM files ORDER BY 1").fetchall()
+        ]
     except duckdb.CatalogException:  # not a qkwh warehouse (yet)
         return
     missing = missing_vector_files(con)
-    expected = {name: _vectors_state(missing.get(m)) for m, name in vectors_view_names(models).items()}
+    expected = {
+        name: _vectors_state(missing.get(m)) for m, name in vectors_view_names(models).items()
+    }
     stored = _stored_vectors_views(con)
     if stored == expected and (models or "vectors" in table_names(con)):
         return
-    if (read_only and not missing and all(v == _PRESENT for v in stored.values())
-            and stored.keys() <= expected.keys()):
+    if (
+        read_only
+        and not missing
+        and all(v == _PRESENT for v in stored.values())
+        and stored.keys() <= expected.keys()
+    ):
         # every file is there and no stored view says otherwise or has a name of the past (e.g. a
         # warehouse written before per-model views): the stored views work; the next writable
         # connection updates them
@@ -447,7 +541,13 @@ def refresh_vectors_view(con: duckdb.DuckDBPyConnection, *, read_only: bool) -> 
             rebuild_vectors_view(con, missing=missing)
 
 
-def delete_model(con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str]) -> dict[str, int]:
+def delete_model(
+    con: duckdb.DuckDBPyConnection, model_id: str, *, tables: list[str]
+) -> dict[str, int]:
     """Delete a model's rows from ``tables``; returns the rows deleted per table."""
-    return {table: con.execute(f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id]).fetchone()[0]  # type: ignore[index]
-            for table in tables}
+    return {
+        table: con.execute(
+            f"DELETE FROM {quote_ident(table)} WHERE model_id = ?", [model_id]
+        ).fetchone()[0]  # type: ignore[index]
+        for table in tables
+    }

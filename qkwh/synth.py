@@ -191,7 +191,12 @@ def make_frame(rng: np.random.Generator, d: int, n_planes: int = 0) -> Frame:
         raise ValueError(f"d={d} too small for axes a, b and {n_planes} rotation planes")
     basis, _ = np.linalg.qr(rng.standard_normal((d, 2 + 2 * n_planes)))
     planes = basis[:, 2:].T.reshape(n_planes, 2, d)
-    return Frame(a=basis[:, 0].copy(), b=basis[:, 1].copy(), planes=planes, phases=rng.uniform(0, 2 * np.pi, n_planes))
+    return Frame(
+        a=basis[:, 0].copy(),
+        b=basis[:, 1].copy(),
+        planes=planes,
+        phases=rng.uniform(0, 2 * np.pi, n_planes),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,9 +214,13 @@ def sample_positions(
     """
     total = int(n_examples) * int(context_length)
     if n > total:
-        raise ValueError(f"cannot draw {n} distinct rows from {n_examples} examples x {context_length} positions")
+        raise ValueError(
+            f"cannot draw {n} distinct rows from {n_examples} examples x {context_length} positions"
+        )
     if n < 0 or n_examples < 1 or context_length < 1 or bucket_size < 1:
-        raise ValueError("n >= 0, n_examples >= 1, context_length >= 1 and bucket_size >= 1 are required")
+        raise ValueError(
+            "n >= 0, n_examples >= 1, context_length >= 1 and bucket_size >= 1 are required"
+        )
     codes = np.sort(rng.choice(total, size=int(n), replace=False))
     example = (codes // context_length).astype(np.int32)
     position = (codes % context_length).astype(np.int32)
@@ -258,7 +267,9 @@ def sample_vectors(
     return out.astype(dtype, copy=False)
 
 
-def _split_planes(rope_planes: RopePlanes | None, context_length: int) -> tuple[np.ndarray, np.ndarray]:
+def _split_planes(
+    rope_planes: RopePlanes | None, context_length: int
+) -> tuple[np.ndarray, np.ndarray]:
     planes = default_rope_planes(context_length) if rope_planes is None else list(rope_planes)
     freqs = np.array([float(f) for f, _ in planes], dtype=np.float64)
     amps = np.array([float(a) for _, a in planes], dtype=np.float64)
@@ -327,22 +338,54 @@ def make_head(
         s, se, sb = t.copy(), te.copy(), tb.copy()
     else:
         s, se, sb = sample_positions(rng, n_k, **layout)
-    common: dict[str, Any] = dict(frame=frame, position_centre=centre, rope_frequencies=freqs, rope_amplitudes=amps,
-                  rope_phase_sd=rope_phase_sd, noise_sd=noise_sd, dtype=dtype)
+    common: dict[str, Any] = dict(
+        frame=frame,
+        position_centre=centre,
+        rope_frequencies=freqs,
+        rope_amplitudes=amps,
+        rope_phase_sd=rope_phase_sd,
+        noise_sd=noise_sd,
+        dtype=dtype,
+    )
     mu_q_b, mu_k_b = mu_b + separation / 2.0, mu_b - separation / 2.0
     aq, ak = alpha_q * drift_scale, alpha_k * drift_scale
     q = sample_vectors(rng, t, mu_a=mu_q_a, mu_b=mu_q_b, alpha=aq, **common)
     k = sample_vectors(rng, s, mu_a=mu_k_a, mu_b=mu_k_b, alpha=ak, **common)
     head = HeadData(
-        q=q, q_pos=t, q_example=te, q_bucket=tb, k=k, k_pos=s, k_example=se, k_bucket=sb,
-        context_length=int(context_length), bucket_size=int(bucket_size), sliding_window=None,
-        layer=int(layer), q_head=int(q_head),
+        q=q,
+        q_pos=t,
+        q_example=te,
+        q_bucket=tb,
+        k=k,
+        k_pos=s,
+        k_example=se,
+        k_bucket=sb,
+        context_length=int(context_length),
+        bucket_size=int(bucket_size),
+        sliding_window=None,
+        layer=int(layer),
+        q_head=int(q_head),
     )
     truth = PlantedTruth(
-        a=frame.a, b=frame.b, planes=frame.planes[: len(freqs)], rope_frequencies=freqs, rope_amplitudes=amps,
-        alpha_q=aq, alpha_k=ak, mu_q_a=float(mu_q_a), mu_k_a=float(mu_k_a), mu_q_b=mu_q_b, mu_k_b=mu_k_b,
-        noise_sd=float(noise_sd), drift_scale=float(drift_scale), context_length=int(context_length),
-        bucket_size=int(bucket_size), position_centre=centre, layer=int(layer), q_head=int(q_head), k_head=int(k_head),
+        a=frame.a,
+        b=frame.b,
+        planes=frame.planes[: len(freqs)],
+        rope_frequencies=freqs,
+        rope_amplitudes=amps,
+        alpha_q=aq,
+        alpha_k=ak,
+        mu_q_a=float(mu_q_a),
+        mu_k_a=float(mu_k_a),
+        mu_q_b=mu_q_b,
+        mu_k_b=mu_k_b,
+        noise_sd=float(noise_sd),
+        drift_scale=float(drift_scale),
+        context_length=int(context_length),
+        bucket_size=int(bucket_size),
+        position_centre=centre,
+        layer=int(layer),
+        q_head=int(q_head),
+        k_head=int(k_head),
     )
     return head, truth
 
@@ -434,13 +477,25 @@ def write_dataset(
     planted_kwargs : any other :func:`make_head` parameter (alpha_q, alpha_k, mu_q_a, mu_k_a,
         separation, mu_b, rope_planes, rope_phase_sd, noise_sd, drift_scale)
     """
-    allowed = {"alpha_q", "alpha_k", "mu_q_a", "mu_k_a", "separation", "mu_b", "rope_planes",
-               "rope_phase_sd", "noise_sd", "drift_scale"}
+    allowed = {
+        "alpha_q",
+        "alpha_k",
+        "mu_q_a",
+        "mu_k_a",
+        "separation",
+        "mu_b",
+        "rope_planes",
+        "rope_phase_sd",
+        "noise_sd",
+        "drift_scale",
+    }
     unknown = set(planted_kwargs) - allowed
     if unknown:
         raise ValueError(f"unknown planted parameter(s): {', '.join(sorted(unknown))}")
     if n_kv_heads < 1 or n_q_heads % n_kv_heads:
-        raise ValueError(f"n_q_heads={n_q_heads} must be a positive multiple of n_kv_heads={n_kv_heads}")
+        raise ValueError(
+            f"n_q_heads={n_q_heads} must be a positive multiple of n_kv_heads={n_kv_heads}"
+        )
     ratio = n_q_heads // n_kv_heads
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -450,15 +505,22 @@ def write_dataset(
         selected = sorted({(int(layer), int(h)) for layer, h in heads})
     for layer, h in selected:
         if not (0 <= layer < n_layers and 0 <= h < n_q_heads):
-            raise ValueError(f"head (layer={layer}, q_head={h}) outside {n_layers} layers x {n_q_heads} heads")
+            raise ValueError(
+                f"head (layer={layer}, q_head={h}) outside {n_layers} layers x {n_q_heads} heads"
+            )
 
     defaults = {name: make_head.__kwdefaults__[name] for name in allowed}  # type: ignore[index]
     p = {**defaults, **planted_kwargs}
     freqs, amps = _split_planes(p["rope_planes"], context_length)
     centre = (context_length - 1) / 2.0
     layout = dict(n_examples=n_examples, context_length=context_length, bucket_size=bucket_size)
-    common = dict(position_centre=centre, rope_frequencies=freqs, rope_amplitudes=amps,
-                  rope_phase_sd=p["rope_phase_sd"], noise_sd=p["noise_sd"])
+    common = dict(
+        position_centre=centre,
+        rope_frequencies=freqs,
+        rope_amplitudes=amps,
+        rope_phase_sd=p["rope_phase_sd"],
+        noise_sd=p["noise_sd"],
+    )
     bucket_counts: dict[int, int] = {}
     truth_rows: list[dict[str, Any]] = []
 
@@ -476,30 +538,59 @@ def write_dataset(
             frame = make_frame(_rng(seed, "frame", layer, kh), d, len(freqs))
             kr = _rng(seed, "kparams", layer, kh)
             sep_k = _jitter(kr, p["separation"], param_jitter)
-            k_par = dict(mu_a=_jitter(kr, p["mu_k_a"], param_jitter), mu_b=p["mu_b"] - sep_k / 2.0,
-                         alpha=_jitter(kr, p["alpha_k"], param_jitter) * scale)
-            k_vec = sample_vectors(_rng(seed, "k", layer, kh), kpos[0], frame=frame, **k_par, **common)
-            write_vectors_file(data_path(root, layer, kh, "k"), position=kpos[0], example_id=kpos[1],
-                               bucket=kpos[2], vectors=k_vec)
+            k_par = dict(
+                mu_a=_jitter(kr, p["mu_k_a"], param_jitter),
+                mu_b=p["mu_b"] - sep_k / 2.0,
+                alpha=_jitter(kr, p["alpha_k"], param_jitter) * scale,
+            )
+            k_vec = sample_vectors(
+                _rng(seed, "k", layer, kh), kpos[0], frame=frame, **k_par, **common
+            )
+            write_vectors_file(
+                data_path(root, layer, kh, "k"),
+                position=kpos[0],
+                example_id=kpos[1],
+                bucket=kpos[2],
+                vectors=k_vec,
+            )
             count(kpos[2])
             for h in (h for h in q_heads if h // ratio == kh):
                 qr = _rng(seed, "qparams", layer, h)
                 sep_q = _jitter(qr, p["separation"], param_jitter)
-                q_par = dict(mu_a=_jitter(qr, p["mu_q_a"], param_jitter), mu_b=p["mu_b"] + sep_q / 2.0,
-                             alpha=_jitter(qr, p["alpha_q"], param_jitter) * scale)
-                q_vec = sample_vectors(_rng(seed, "q", layer, h), qpos[0], frame=frame, **q_par, **common)
-                write_vectors_file(data_path(root, layer, h, "q"), position=qpos[0], example_id=qpos[1],
-                                   bucket=qpos[2], vectors=q_vec)
+                q_par = dict(
+                    mu_a=_jitter(qr, p["mu_q_a"], param_jitter),
+                    mu_b=p["mu_b"] + sep_q / 2.0,
+                    alpha=_jitter(qr, p["alpha_q"], param_jitter) * scale,
+                )
+                q_vec = sample_vectors(
+                    _rng(seed, "q", layer, h), qpos[0], frame=frame, **q_par, **common
+                )
+                write_vectors_file(
+                    data_path(root, layer, h, "q"),
+                    position=qpos[0],
+                    example_id=qpos[1],
+                    bucket=qpos[2],
+                    vectors=q_vec,
+                )
                 count(qpos[2])
-                truth_rows.append({
-                    "layer": layer, "q_head": h, "k_head": kh,
-                    "alpha_q": q_par["alpha"], "alpha_k": k_par["alpha"],
-                    "mu_q_a": q_par["mu_a"], "mu_k_a": k_par["mu_a"],
-                    "mu_q_b": q_par["mu_b"], "mu_k_b": k_par["mu_b"],
-                    "bias_strength": q_par["mu_a"] * k_par["alpha"],
-                    "drift_scale": scale, "noise_sd": p["noise_sd"],
-                    "rope_frequencies": freqs.tolist(), "rope_amplitudes": amps.tolist(),
-                })
+                truth_rows.append(
+                    {
+                        "layer": layer,
+                        "q_head": h,
+                        "k_head": kh,
+                        "alpha_q": q_par["alpha"],
+                        "alpha_k": k_par["alpha"],
+                        "mu_q_a": q_par["mu_a"],
+                        "mu_k_a": k_par["mu_a"],
+                        "mu_q_b": q_par["mu_b"],
+                        "mu_k_b": k_par["mu_b"],
+                        "bias_strength": q_par["mu_a"] * k_par["alpha"],
+                        "drift_scale": scale,
+                        "noise_sd": p["noise_sd"],
+                        "rope_frequencies": freqs.tolist(),
+                        "rope_amplitudes": amps.tolist(),
+                    }
+                )
 
     n_kv_selected = len({(layer, h // ratio) for layer, h in selected})
     metadata = {
@@ -543,6 +634,7 @@ def write_dataset(
     }
     write_saver_state(root, model_name=model_name, metadata=metadata, bucket_counts=bucket_counts)
     (root / "_synth_truth.json").write_text(
-        json.dumps({"seed": int(seed), "param_jitter": param_jitter, "heads": truth_rows}, indent=2) + "\n"
+        json.dumps({"seed": int(seed), "param_jitter": param_jitter, "heads": truth_rows}, indent=2)
+        + "\n"
     )
     return root

@@ -32,10 +32,12 @@ from qkwh.analyses.types import AnalysisResult
 from qkwh.params import RunConfig
 
 #: the argument of every analysis function: one row of ``head_inputs(model_id)``
-HEAD_STRUCT = ("STRUCT(model_id VARCHAR, layer INTEGER, q_head INTEGER, k_head INTEGER, "
-               "q FLOAT[][], t BIGINT[], q_example BIGINT[], q_bucket BIGINT[], "
-               "k FLOAT[][], s BIGINT[], k_example BIGINT[], k_bucket BIGINT[], "
-               "context_length INTEGER, bucket_size INTEGER, sliding_window INTEGER)")
+HEAD_STRUCT = (
+    "STRUCT(model_id VARCHAR, layer INTEGER, q_head INTEGER, k_head INTEGER, "
+    "q FLOAT[][], t BIGINT[], q_example BIGINT[], q_bucket BIGINT[], "
+    "k FLOAT[][], s BIGINT[], k_example BIGINT[], k_bucket BIGINT[], "
+    "context_length INTEGER, bucket_size INTEGER, sliding_window INTEGER)"
+)
 
 
 def table_columns(tables: tuple[Table, ...]) -> dict[str, list[tuple[str, str]]]:
@@ -46,6 +48,7 @@ def table_columns(tables: tuple[Table, ...]) -> dict[str, list[tuple[str, str]]]
 
 def return_type(analysis: Analysis, columns: dict[str, list[tuple[str, str]]]) -> str:
     """The SQL STRUCT type that ``qkwh_<analysis>`` returns."""
+
     def struct(cols: list[tuple[str, str]]) -> str:
         return "STRUCT(" + ", ".join(f'"{n}" {t}' for n, t in cols) + ")"
 
@@ -89,14 +92,30 @@ def _head(row: dict[str, pa.Scalar], config: RunConfig):
 
     if not row["q"].is_valid or not row["k"].is_valid:
         return None
-    q = (_matrix(row["q"].values), _ints(row["t"].values), _ints(row["q_example"].values),
-         _ints(row["q_bucket"].values))
-    k = (_matrix(row["k"].values), _ints(row["s"].values), _ints(row["k_example"].values),
-         _ints(row["k_bucket"].values))
+    q = (
+        _matrix(row["q"].values),
+        _ints(row["t"].values),
+        _ints(row["q_example"].values),
+        _ints(row["q_bucket"].values),
+    )
+    k = (
+        _matrix(row["k"].values),
+        _ints(row["s"].values),
+        _ints(row["k_example"].values),
+        _ints(row["k_bucket"].values),
+    )
     layer, q_head = row["layer"].as_py(), row["q_head"].as_py()
-    return build_head(q, k, context_length=row["context_length"].as_py(), bucket_size=row["bucket_size"].as_py(),
-                      sliding_window=row["sliding_window"].as_py(), layer=layer, q_head=q_head, config=config,
-                      label=f"{row['model_id'].as_py()} L{layer}H{q_head}")
+    return build_head(
+        q,
+        k,
+        context_length=row["context_length"].as_py(),
+        bucket_size=row["bucket_size"].as_py(),
+        sliding_window=row["sliding_window"].as_py(),
+        layer=layer,
+        q_head=q_head,
+        config=config,
+        label=f"{row['model_id'].as_py()} L{layer}H{q_head}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +143,9 @@ def _rows_of(result: AnalysisResult | None, table: str) -> tuple[dict[str, np.nd
     return cols, (len(next(iter(cols.values()))) if cols else 0)
 
 
-def _structs(results: list[AnalysisResult | None], analysis: Analysis, typ: pa.StructType) -> pa.Array:
+def _structs(
+    results: list[AnalysisResult | None], analysis: Analysis, typ: pa.StructType
+) -> pa.Array:
     """The function's result for a batch: one STRUCT per head, NULL where ``results`` is None."""
     if not results:
         return pa.array([], type=typ)
@@ -136,14 +157,22 @@ def _structs(results: list[AnalysisResult | None], analysis: Analysis, typ: pa.S
             row_type = f.type.value_type
             parts = [_rows_of(r, by_name[f.name].name) for r in results]
             offsets = np.concatenate([[0], np.cumsum([n for _, n in parts])]).astype(np.int32)
-            fields = [pa.concat_arrays([_to_arrow(cols.get(c.name), n, c.type) for cols, n in parts])
-                      for c in row_type]
+            fields = [
+                pa.concat_arrays([_to_arrow(cols.get(c.name), n, c.type) for cols, n in parts])
+                for c in row_type
+            ]
             values = pa.StructArray.from_arrays(fields, fields=list(row_type))
             children.append(pa.ListArray.from_arrays(pa.array(offsets), values).cast(f.type))
         else:  # a column of the one-row-per-head table
             parts = [_rows_of(r, per_head) for r in results]  # type: ignore[arg-type]
-            children.append(pa.concat_arrays([_to_arrow(cols.get(f.name), 1, f.type) if n else pa.nulls(1, f.type)
-                                               for cols, n in parts]))
+            children.append(
+                pa.concat_arrays(
+                    [
+                        _to_arrow(cols.get(f.name), 1, f.type) if n else pa.nulls(1, f.type)
+                        for cols, n in parts
+                    ]
+                )
+            )
     mask = pa.array([r is None for r in results], type=pa.bool_())
     return pa.StructArray.from_arrays(children, fields=list(typ), mask=mask)
 
@@ -162,8 +191,14 @@ def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType):
         # BLAS on one thread, like the compute workers (LAPACK's last bits depend on it)
         with threadpool_limits(limits=1):
             for i in range(len(heads)):
-                head = _head({name: columns[name][i] for name in names}, config) if heads[i].is_valid else None
-                results.append(None if head is None else run_analyses(head, (analysis,), config)[analysis.name])
+                head = (
+                    _head({name: columns[name][i] for name in names}, config)
+                    if heads[i].is_valid
+                    else None
+                )
+                results.append(
+                    None if head is None else run_analyses(head, (analysis,), config)[analysis.name]
+                )
         return _structs(results, analysis, typ)
 
     fn.__name__ = analysis.udf_name
@@ -186,5 +221,11 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
             con.remove_function(analysis.udf_name)
         except Exception:  # not registered yet
             pass
-        con.create_function(analysis.udf_name, _function(analysis, config, _arrow_type(ret)), [HEAD_STRUCT], ret,  # type: ignore[call-overload]
-                            type="arrow", side_effects=False)
+        con.create_function(
+            analysis.udf_name,
+            _function(analysis, config, _arrow_type(ret)),
+            [HEAD_STRUCT],
+            ret,  # type: ignore[call-overload]
+            type="arrow",
+            side_effects=False,
+        )

@@ -79,8 +79,9 @@ class CorrelationResult:
     p_value: float
 
 
-def correlation_with_intervals(x: np.ndarray, y: np.ndarray, boot_r: np.ndarray | None, *,
-                               level: float, min_n: int) -> CorrelationResult:
+def correlation_with_intervals(
+    x: np.ndarray, y: np.ndarray, boot_r: np.ndarray | None, *, level: float, min_n: int
+) -> CorrelationResult:
     """r, Fisher-z interval and p-value of (x, y), and the percentile interval of ``boot_r``
     (bootstrap replicates of r; None: no bootstrap)."""
     n = int(len(x))
@@ -93,8 +94,9 @@ def correlation_with_intervals(x: np.ndarray, y: np.ndarray, boot_r: np.ndarray 
     return CorrelationResult(n, r, fl, fh, bl, bh, nv, float(pearson_pvalue(r, n)))
 
 
-def two_stage_bootstrap_r(replicates: np.ndarray, y: np.ndarray, n_boot: int,
-                          rng: np.random.Generator, *, min_n: int) -> np.ndarray:
+def two_stage_bootstrap_r(
+    replicates: np.ndarray, y: np.ndarray, n_boot: int, rng: np.random.Generator, *, min_n: int
+) -> np.ndarray:
     """Bootstrap replicates of r(metric, score) over models, with the metric's own uncertainty.
 
     replicates: (n, R) float64, row i = model i's metric in its layer-bootstrap replicates

@@ -46,8 +46,10 @@ class Result:
     def to_numpy(self) -> dict[str, Any]:
         """``{column: numpy array}``; NULLs become NaN in float columns and None in object columns
         (list columns, such as vectors, are object arrays of arrays)."""
-        return {name: col.to_numpy(zero_copy_only=False) for name, col in
-                zip(self._table.column_names, self._table.columns)}
+        return {
+            name: col.to_numpy(zero_copy_only=False)
+            for name, col in zip(self._table.column_names, self._table.columns)
+        }
 
     def to_pylist(self) -> list[dict[str, Any]]:
         """One ``{column: value}`` dict per row."""
@@ -58,8 +60,10 @@ class Result:
         try:
             import pandas  # noqa: F401
         except ImportError:
-            raise ImportError("Result.to_pandas() needs pandas (pip install pandas); to_arrow() and "
-                              "to_numpy() work without it") from None
+            raise ImportError(
+                "Result.to_pandas() needs pandas (pip install pandas); to_arrow() and "
+                "to_numpy() work without it"
+            ) from None
         return self._table.to_pandas()
 
     def __repr__(self) -> str:
@@ -76,7 +80,9 @@ class Warehouse:
 
         self.path: Path = store.resolve_warehouse(path)
         if not self.path.is_file():
-            raise NotFoundError(f"no warehouse at {self.path}: run `qkwh demo` or `qkwh ingest SOURCE` first")
+            raise NotFoundError(
+                f"no warehouse at {self.path}: run `qkwh demo` or `qkwh ingest SOURCE` first"
+            )
 
     def _read(self, fn):
         from qkwh import store
@@ -102,7 +108,9 @@ class Warehouse:
             known = store.table_names(con)
             if name not in known:
                 hint = "" if known else " (run `qkwh build` for the marts)"
-                raise NotFoundError(unknown_names("table", [name], known, f" in {self.path}") + hint)
+                raise NotFoundError(
+                    unknown_names("table", [name], known, f" in {self.path}") + hint
+                )
             return con.sql(f"SELECT * FROM {store.quote_ident(name)}").to_arrow_table()
 
         return Result(self._read(read))
@@ -113,7 +121,9 @@ class Warehouse:
         def read(con):
             rel = con.sql(query, params=list(params) if params else None)
             if rel is None:
-                raise ValueError("Warehouse.sql runs queries that return rows (SELECT, SHOW, DESCRIBE)")
+                raise ValueError(
+                    "Warehouse.sql runs queries that return rows (SELECT, SHOW, DESCRIBE)"
+                )
             return rel.to_arrow_table()
 
         return Result(self._read(read))
@@ -122,6 +132,8 @@ class Warehouse:
         return f"<qkwh warehouse {self.path} (read-only)>"
 
 
-def open(path: str | os.PathLike[str] | None = None) -> Warehouse:  # qkwh.warehouse.open, like io.open
+def open(
+    path: str | os.PathLike[str] | None = None,
+) -> Warehouse:  # qkwh.warehouse.open, like io.open
     """Open a warehouse read-only: ``path``, else ``$QKWH_WAREHOUSE``, else ./qkwh.duckdb."""
     return Warehouse(path)

@@ -42,9 +42,15 @@ def snapshot(db: Path) -> dict[str, list[tuple]]:
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        tables = [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
-            "AND table_type='BASE TABLE' ORDER BY 1").fetchall()]
-        return {t: sorted(map(repr, con.execute(f'SELECT * FROM "{t}"').fetchall())) for t in tables}
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema='main' "
+                "AND table_type='BASE TABLE' ORDER BY 1"
+            ).fetchall()
+        ]
+        return {
+            t: sorted(map(repr, con.execute(f'SELECT * FROM "{t}"').fetchall())) for t in tables
+        }
     finally:
         con.close()

@@ -37,10 +37,20 @@ def test_generated_files_match_the_declarations():
 def test_a_changed_declaration_makes_the_generated_files_stale(monkeypatch):
     pca = registry.get("pca")
     heads = pca.tables[0]
-    renamed = dataclasses.replace(heads, columns=tuple(
-        dataclasses.replace(c, description="something else") if c.name == "ev1" else c for c in heads.columns))
-    monkeypatch.setitem(registry._REGISTRY, "pca", dataclasses.replace(pca, tables=(renamed, *pca.tables[1:])))
-    assert set(generate.stale_files()) == {"dbt_project/models/staging/_sources.yml", "docs/tables.md"}
+    renamed = dataclasses.replace(
+        heads,
+        columns=tuple(
+            dataclasses.replace(c, description="something else") if c.name == "ev1" else c
+            for c in heads.columns
+        ),
+    )
+    monkeypatch.setitem(
+        registry._REGISTRY, "pca", dataclasses.replace(pca, tables=(renamed, *pca.tables[1:]))
+    )
+    assert set(generate.stale_files()) == {
+        "dbt_project/models/staging/_sources.yml",
+        "docs/tables.md",
+    }
 
 
 def test_schema_sql_holds_no_analysis_table():
@@ -58,7 +68,9 @@ def test_run_yaml_holds_exactly_the_declared_parameters_and_defaults():
 
 def test_declared_head_metrics_are_columns_of_the_head_metrics_mart():
     mart = yaml.safe_load((DBT_PROJECT_DIR / "models" / "marts" / "head_metrics.yml").read_text())
-    documented = {c["name"] for m in mart["models"] if m["name"] == "head_metrics" for c in m["columns"]}
+    documented = {
+        c["name"] for m in mart["models"] if m["name"] == "head_metrics" for c in m["columns"]
+    }
     declared = {c for a in registry.analyses() for c in a.head_metrics}
     assert declared and declared <= documented, sorted(declared - documented)
 
@@ -83,17 +95,36 @@ class NormsParams:
 
 
 NORMS = Analysis(
-    name="norms", run="tests.test_declarations:_never_run", params=NormsParams,
+    name="norms",
+    run="tests.test_declarations:_never_run",
+    params=NormsParams,
     title="Mean vector norms of the queries and keys",
     tables=(
-        Table("norms_heads", grain="one row per head", description="Mean norms per head.",
-              columns=(Column("mean_norm_q", "DOUBLE", "vector units", "mean query norm", head_metric=True),
-                       Column("mean_norm_k", "DOUBLE", "vector units", "mean key norm"))),
-        Table("norms_buckets", key=("q_bucket",), field="buckets", grain="one row per head and query bucket",
-              description="Mean query norm per bucket.",
-              columns=(Column("q_bucket", "INTEGER", "", "query bucket"),
-                       Column("flagged", "BOOLEAN", "", "a flag the staging view defaults", null_as="false"),
-                       Column("mean_norm", "DOUBLE", "vector units", "mean query norm in the bucket"))),
+        Table(
+            "norms_heads",
+            grain="one row per head",
+            description="Mean norms per head.",
+            columns=(
+                Column(
+                    "mean_norm_q", "DOUBLE", "vector units", "mean query norm", head_metric=True
+                ),
+                Column("mean_norm_k", "DOUBLE", "vector units", "mean key norm"),
+            ),
+        ),
+        Table(
+            "norms_buckets",
+            key=("q_bucket",),
+            field="buckets",
+            grain="one row per head and query bucket",
+            description="Mean query norm per bucket.",
+            columns=(
+                Column("q_bucket", "INTEGER", "", "query bucket"),
+                Column(
+                    "flagged", "BOOLEAN", "", "a flag the staging view defaults", null_as="false"
+                ),
+                Column("mean_norm", "DOUBLE", "vector units", "mean query norm in the bucket"),
+            ),
+        ),
     ),
 )
 
@@ -113,9 +144,15 @@ def test_a_toy_analysis_declared_once_is_everywhere(norms, tmp_path: Path):
     try:
         cols = con.execute("DESCRIBE norms_buckets").fetchall()
         assert [(c[0], c[1], c[2]) for c in cols] == [
-            ("model_id", "VARCHAR", "NO"), ("layer", "INTEGER", "NO"), ("q_head", "INTEGER", "NO"),
-            ("k_head", "INTEGER", "NO"), ("q_bucket", "INTEGER", "NO"), ("flagged", "BOOLEAN", "YES"),
-            ("mean_norm", "DOUBLE", "YES"), ("config_id", "VARCHAR", "NO")]
+            ("model_id", "VARCHAR", "NO"),
+            ("layer", "INTEGER", "NO"),
+            ("q_head", "INTEGER", "NO"),
+            ("k_head", "INTEGER", "NO"),
+            ("q_bucket", "INTEGER", "NO"),
+            ("flagged", "BOOLEAN", "YES"),
+            ("mean_norm", "DOUBLE", "YES"),
+            ("config_id", "VARCHAR", "NO"),
+        ]
         assert "norms_heads" in store.compute_tables()
         # `qkwh status` and `qkwh models`: a column for the toy
         models, _ = status.status(con)
@@ -132,13 +169,23 @@ def test_a_toy_analysis_declared_once_is_everywhere(norms, tmp_path: Path):
     # dbt: a staging view per table, the sources with the key test and the column descriptions
     models = generate.staging_models()
     sql = models["stg_norms_buckets.sql"]
-    assert "{{ source('qkwh', 'norms_buckets') }}" in sql and "is_current_config('t', 'norms')" in sql
-    assert "{{ finite('mean_norm') }} as mean_norm" in sql and "coalesce(flagged, false) as flagged" in sql
+    assert (
+        "{{ source('qkwh', 'norms_buckets') }}" in sql and "is_current_config('t', 'norms')" in sql
+    )
+    assert (
+        "{{ finite('mean_norm') }} as mean_norm" in sql
+        and "coalesce(flagged, false) as flagged" in sql
+    )
     assert "stg_norms_heads.sql" in models
     sources = yaml.safe_load("tables:\n" + generate.sources_part())["tables"]
     toy = {t["name"]: t for t in sources}["norms_buckets"]
     assert toy["data_tests"][0]["unique_combination"]["arguments"]["columns"] == [
-        "model_id", "layer", "q_head", "config_id", "q_bucket"]
+        "model_id",
+        "layer",
+        "q_head",
+        "config_id",
+        "q_bucket",
+    ]
     assert [c["name"] for c in toy["columns"]] == ["q_bucket", "flagged", "mean_norm"]
     # the docs: its section and column tables
     docs = generate.docs_part()
@@ -146,8 +193,11 @@ def test_a_toy_analysis_declared_once_is_everywhere(norms, tmp_path: Path):
     assert "| `mean_norm_q` | DOUBLE | vector units | mean query norm (in `head_metrics`) |" in docs
     # and the checked-in files now lag behind: the generator would add the toy
     stale = generate.stale_files()
-    assert {"dbt_project/models/staging/stg_norms_heads.sql", "dbt_project/models/staging/_sources.yml",
-            "docs/tables.md"} <= set(stale)
+    assert {
+        "dbt_project/models/staging/stg_norms_heads.sql",
+        "dbt_project/models/staging/_sources.yml",
+        "docs/tables.md",
+    } <= set(stale)
 
 
 def test_the_generated_staging_models_select_every_declared_column(tmp_path: Path):
@@ -162,11 +212,17 @@ def test_the_generated_staging_models_select_every_declared_column(tmp_path: Pat
                     continue
                 sql = generate.staging_sql(a, t)
                 sql = "\n".join(line for line in sql.splitlines() if not line.startswith("--"))
-                sql = re.sub(r"\{\{ head_label\('layer', 'q_head'\) \}\}", "'L' || layer || 'H' || q_head", sql)
+                sql = re.sub(
+                    r"\{\{ head_label\('layer', 'q_head'\) \}\}",
+                    "'L' || layer || 'H' || q_head",
+                    sql,
+                )
                 sql = re.sub(r"\{\{ finite\('(\w+)'\) \}\}", r"\1", sql)
                 sql = re.sub(r"\{\{ source\('qkwh', '(\w+)'\) \}\}", r"\1", sql)
                 sql = re.sub(r"\{\{ is_current_config\('t', '\w+'\) \}\}", "true", sql)
                 names = [d[0] for d in con.execute(sql).description]
-                assert names == [*registry.HEAD_KEY, "head_label", *t.column_names, "config_id"], t.name
+                assert names == [*registry.HEAD_KEY, "head_label", *t.column_names, "config_id"], (
+                    t.name
+                )
     finally:
         con.close()

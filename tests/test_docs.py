@@ -31,9 +31,16 @@ def _anchors(page: Path) -> set[str]:
 
 def test_docs_pages_exist():
     names = {p.relative_to(REPO).as_posix() for p in PAGES}
-    assert {"docs/README.md", "docs/tables.md", "docs/input-format.md", "docs/uncertainty.md",
-            "docs/metrics/pca.md", "docs/metrics/rotation.md", "docs/metrics/plasticity.md",
-            "docs/metrics/aggregation.md"} <= names
+    assert {
+        "docs/README.md",
+        "docs/tables.md",
+        "docs/input-format.md",
+        "docs/uncertainty.md",
+        "docs/metrics/pca.md",
+        "docs/metrics/rotation.md",
+        "docs/metrics/plasticity.md",
+        "docs/metrics/aggregation.md",
+    } <= names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
@@ -63,30 +70,43 @@ def test_help_texts_cite_the_projects_docs_only():
     for name in names:
         r = runner.invoke(app, [name, "--help"] if name else ["--help"], terminal_width=200)
         assert r.exit_code == 0, r.output
-        assert not FOREIGN.search(r.output), f"qkwh {name or ''} --help: {FOREIGN.search(r.output).group(0)}"
+        assert not FOREIGN.search(r.output), (
+            f"qkwh {name or ''} --help: {FOREIGN.search(r.output).group(0)}"
+        )
 
 
 # The dbt project ships to users (its descriptions render in `qkwh docs`), so it holds to the same
 # rule as the pages; so do the package's docstrings and comments, where `spec` is also an ordinary
 # variable name (a source or chart spec) and only section signs and note ids count.
-DBT_FILES = sorted(p for p in (REPO / "dbt_project").rglob("*")
-                   if p.suffix in {".yml", ".sql", ".md", ".csv"}
-                   and not {"target", "logs", "dbt_packages"} & set(p.relative_to(REPO).parts))
+DBT_FILES = sorted(
+    p
+    for p in (REPO / "dbt_project").rglob("*")
+    if p.suffix in {".yml", ".sql", ".md", ".csv"}
+    and not {"target", "logs", "dbt_packages"} & set(p.relative_to(REPO).parts)
+)
 FOREIGN_IN_CODE = re.compile(r"§|docs/spec\.md|\.\./shared|SEED-\d|\bI-\d+\b")
 
 
 def test_dbt_project_explains_in_its_own_words():
     assert any(p.name == "_seeds.yml" for p in DBT_FILES)
-    hits = [f"{p.relative_to(REPO)}:{i}" for p in DBT_FILES
-            for i, line in enumerate(p.read_text().splitlines(), 1) if FOREIGN.search(line)]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in DBT_FILES
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if FOREIGN.search(line)
+    ]
     assert hits == []
 
 
 def test_package_sources_cite_no_foreign_notes():
     files = sorted((REPO / "qkwh").rglob("*.py")) + sorted((REPO / "qkwh").rglob("*.sql"))
     assert files
-    hits = [f"{p.relative_to(REPO)}:{i}" for p in files
-            for i, line in enumerate(p.read_text().splitlines(), 1) if FOREIGN_IN_CODE.search(line)]
+    hits = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in files
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if FOREIGN_IN_CODE.search(line)
+    ]
     assert hits == []
 
 
@@ -95,7 +115,8 @@ def test_readme_command_table_is_generated_from_the_cli():
 
     assert commands_markdown() in (REPO / "README.md").read_text(), (
         "README's command table drifted from the CLI: paste the output of "
-        "python -c 'from qkwh.cli import commands_markdown; print(commands_markdown())'")
+        "python -c 'from qkwh.cli import commands_markdown; print(commands_markdown())'"
+    )
 
 
 def test_readme_leads_and_the_rest_is_in_docs():

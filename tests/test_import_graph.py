@@ -53,9 +53,12 @@ def import_graph() -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     up = package.split(".")
-                    up = up[:len(up) - (node.level - 1)]
+                    up = up[: len(up) - (node.level - 1)]
                     base = ".".join(up + ([base] if base else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
             for t in targets:
                 while t and t not in modules:  # `import qkwh.a.b` of a name inside a module
                     t = t.rpartition(".")[0]
@@ -74,7 +77,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state:
                 found = visit(n)
                 if found:
@@ -126,14 +129,29 @@ def test_layers():
     # analyses (declarations and registry included) know no compute, store, CLI, reports, dbt
     for m in graph:
         if m.startswith("qkwh.analyses"):
-            bad = {n for n in _reaches(graph, m)
-                   if n.startswith(("qkwh.compute", "qkwh.store", "qkwh.cli", "qkwh.reports", "qkwh.build",
-                                    "qkwh.udf", "qkwh.sniffed"))}
+            bad = {
+                n
+                for n in _reaches(graph, m)
+                if n.startswith(
+                    (
+                        "qkwh.compute",
+                        "qkwh.store",
+                        "qkwh.cli",
+                        "qkwh.reports",
+                        "qkwh.build",
+                        "qkwh.udf",
+                        "qkwh.sniffed",
+                    )
+                )
+            }
             assert not bad, (m, sorted(bad))
     # the declarations are data: they import nothing of qkwh but the declaration classes
     for m in graph:
         if m.startswith("qkwh.analyses.declared"):
-            assert graph[m] <= {"qkwh.analyses.declaration", "qkwh.analyses.declared"}, (m, graph[m])
+            assert graph[m] <= {"qkwh.analyses.declaration", "qkwh.analyses.declared"}, (
+                m,
+                graph[m],
+            )
     # the parameters do not import compute
     assert not _under(_reaches(graph, "qkwh.params"), "qkwh.compute")
     # the sniffed reader and its remote opener do not import each other

@@ -24,10 +24,24 @@ def db(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("api")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
     runner = CliRunner()
-    for args in (["synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                  "--rows", "300"],
-                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
-                 ["compute", "-w", str(db), "-a", "pca", "-j", "1"]):
+    for args in (
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "300",
+        ],
+        ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+        ["compute", "-w", str(db), "-a", "pca", "-j", "1"],
+    ):
         r = runner.invoke(app, args)
         assert r.exit_code == 0, r.output + r.stderr
     return db
@@ -42,7 +56,9 @@ def test_open_lists_tables_and_reads_them_as_arrow_numpy_and_rows(db):
     arrays = heads.to_numpy()
     assert set(arrays) == set(heads.columns) and isinstance(arrays["layer"], np.ndarray)
     assert sorted(arrays["layer"].tolist()) == [0, 0, 1, 1]
-    rows = wh.sql("SELECT model_id, count(*) AS n FROM heads WHERE layer >= ? GROUP BY 1", [0]).to_pylist()
+    rows = wh.sql(
+        "SELECT model_id, count(*) AS n FROM heads WHERE layer >= ? GROUP BY 1", [0]
+    ).to_pylist()
     assert rows == [{"model_id": MODEL, "n": 4}]
 
 

@@ -36,10 +36,15 @@ def test_make_head_is_deterministic_in_the_generator() -> None:
 
 
 def test_rows_follow_the_uniform_sampler_layout() -> None:
-    head, truth = _make(0, n_q=6000, n_k=5000, d=8, n_examples=12, context_length=8192, bucket_size=512)
+    head, truth = _make(
+        0, n_q=6000, n_k=5000, d=8, n_examples=12, context_length=8192, bucket_size=512
+    )
     assert head.q.shape == (6000, 8) and head.k.shape == (5000, 8)
     assert head.q.dtype == np.float32
-    for pos, ex, bucket in ((head.q_pos, head.q_example, head.q_bucket), (head.k_pos, head.k_example, head.k_bucket)):
+    for pos, ex, bucket in (
+        (head.q_pos, head.q_example, head.q_bucket),
+        (head.k_pos, head.k_example, head.k_bucket),
+    ):
         assert pos.dtype == np.int32 and ex.dtype == np.int32 and bucket.dtype == np.int32
         assert pos.min() >= 0 and pos.max() < 8192
         assert_array_equal(bucket, pos // 512)
@@ -51,8 +56,12 @@ def test_rows_follow_the_uniform_sampler_layout() -> None:
         assert np.bincount(bucket, minlength=16).min() > 0.8 * len(pos) / 16
     # Q and K are sampled at independent positions: shared (example, position) cells occur only
     # at the chance rate n_q·n_k/(n_examples·L) ≈ 305 (± 4 Poisson s.d.)
-    shared = len(np.intersect1d(head.q_example.astype(np.int64) * 8192 + head.q_pos,
-                                head.k_example.astype(np.int64) * 8192 + head.k_pos))
+    shared = len(
+        np.intersect1d(
+            head.q_example.astype(np.int64) * 8192 + head.q_pos,
+            head.k_example.astype(np.int64) * 8192 + head.k_pos,
+        )
+    )
     expected = 6000 * 5000 / (12 * 8192)
     assert abs(shared - expected) < 4 * np.sqrt(expected)
     assert (head.context_length, head.bucket_size, head.sliding_window) == (8192, 512, None)
@@ -78,7 +87,9 @@ def test_sample_statistics_along_planted_axes() -> None:
     assert_allclose(np.polyfit(head.k_pos, ka, 1)[0], truth.alpha_k, atol=4 / (sd_t * np.sqrt(n)))
     resid_q = qa - truth.alpha_q * (head.q_pos - truth.position_centre)
     assert_allclose(resid_q.mean(), truth.mu_q_a, atol=4 / np.sqrt(n))
-    assert_allclose((q @ truth.b).mean() - (k @ truth.b).mean(), truth.separation, atol=6 / np.sqrt(n))
+    assert_allclose(
+        (q @ truth.b).mean() - (k @ truth.b).mean(), truth.separation, atol=6 / np.sqrt(n)
+    )
     assert_allclose((q @ truth.b).mean(), truth.mu_q_b, atol=4 / np.sqrt(n))
     assert_allclose((q @ truth.b).std(), truth.noise_sd, rtol=0.02)
     other = np.linalg.svd(np.column_stack([truth.a, truth.b]), full_matrices=True)[0][:, 2:]
@@ -98,7 +109,16 @@ def test_rotation_planes_turn_with_position() -> None:
 
 
 def test_drift_scale_and_shared_positions() -> None:
-    h, t = _make(5, n_q=300, n_k=300, d=8, drift_scale=0.25, alpha_q=4e-3, alpha_k=8e-3, shared_positions=True)
+    h, t = _make(
+        5,
+        n_q=300,
+        n_k=300,
+        d=8,
+        drift_scale=0.25,
+        alpha_q=4e-3,
+        alpha_k=8e-3,
+        shared_positions=True,
+    )
     assert_allclose([t.alpha_q, t.alpha_k], [1e-3, 2e-3])
     assert t.drift_scale == 0.25
     assert_array_equal(h.q_pos, h.k_pos)
@@ -122,8 +142,17 @@ def test_default_rope_planes_are_on_the_rotation_grid() -> None:
 # ---------------------------------------------------------------------------------------------
 # write_dataset
 # ---------------------------------------------------------------------------------------------
-WRITE = dict(model_name="synthetic/tiny", n_layers=3, n_q_heads=6, n_kv_heads=2, d=16,
-             rows_per_file=400, n_examples=6, context_length=2048, bucket_size=128)
+WRITE = dict(
+    model_name="synthetic/tiny",
+    n_layers=3,
+    n_q_heads=6,
+    n_kv_heads=2,
+    d=16,
+    rows_per_file=400,
+    n_examples=6,
+    context_length=2048,
+    bucket_size=128,
+)
 
 
 def _digest(path: Path) -> str:
@@ -134,11 +163,27 @@ def test_write_dataset_layout_schema_and_state(tmp_path: Path) -> None:
     heads = [(0, 0), (0, 2), (0, 4), (2, 5)]
     root = synth.write_dataset(tmp_path / "m", heads=heads, seed=7, **WRITE)
     names = sorted(p.name for p in root.iterdir())
-    assert names == ["_saver_state.json", "_synth_truth.json", "l00h00k", "l00h00q", "l00h01k", "l00h02q",
-                     "l00h04q", "l02h01k", "l02h05q"]  # k_head = q_head // 3
+    assert names == [
+        "_saver_state.json",
+        "_synth_truth.json",
+        "l00h00k",
+        "l00h00q",
+        "l00h01k",
+        "l00h02q",
+        "l00h04q",
+        "l02h01k",
+        "l02h05q",
+    ]  # k_head = q_head // 3
     table = pq.read_table(root / "l00h02q" / "data.parquet")
-    expected = pa.schema([("bucket", pa.int32()), ("example_id", pa.int32()), ("position", pa.int32()),
-                          ("vector", pa.list_(pa.float32(), 16)), ("sliding_window", pa.int32())])
+    expected = pa.schema(
+        [
+            ("bucket", pa.int32()),
+            ("example_id", pa.int32()),
+            ("position", pa.int32()),
+            ("vector", pa.list_(pa.float32(), 16)),
+            ("sliding_window", pa.int32()),
+        ]
+    )
     assert table.schema.equals(expected)
     assert table.num_rows == 400 and table.column("sliding_window").null_count == 400
     meta = pq.ParquetFile(root / "l00h02q" / "data.parquet").metadata
@@ -148,13 +193,26 @@ def test_write_dataset_layout_schema_and_state(tmp_path: Path) -> None:
     state = json.loads((root / "_saver_state.json").read_text())
     assert state["model_name"] == "synthetic/tiny"
     md = state["model_metadata"]
-    assert (md["head_sampling_num_query_heads"], md["head_sampling_num_key_heads"], md["head_dim"]) == (6, 2, 16)
-    assert (md["sampling_strategy"], md["sampling_bucket_size"], md["tokenizer_max_length"]) == ("uniform", 128, 2048)
+    assert (
+        md["head_sampling_num_query_heads"],
+        md["head_sampling_num_key_heads"],
+        md["head_dim"],
+    ) == (6, 2, 16)
+    assert (md["sampling_strategy"], md["sampling_bucket_size"], md["tokenizer_max_length"]) == (
+        "uniform",
+        128,
+        2048,
+    )
     assert md["num_hidden_layers"] == 3 and md["head_sampling_selected_query_heads"] == 4
     assert md["head_sampling_selected_key_heads"] == 3
     assert sum(state["bucket_counts"].values()) == 7 * 400  # every file's rows
     truth = json.loads((root / "_synth_truth.json").read_text())["heads"]
-    assert [(t["layer"], t["q_head"], t["k_head"]) for t in truth] == [(0, 0, 0), (0, 2, 0), (0, 4, 1), (2, 5, 1)]
+    assert [(t["layer"], t["q_head"], t["k_head"]) for t in truth] == [
+        (0, 0, 0),
+        (0, 2, 0),
+        (0, 4, 1),
+        (2, 5, 1),
+    ]
 
 
 def test_write_dataset_is_deterministic_and_shares_k_and_positions(tmp_path: Path) -> None:
@@ -179,19 +237,47 @@ def test_write_dataset_is_deterministic_and_shares_k_and_positions(tmp_path: Pat
 
 def test_written_head_recovers_planted_values(tmp_path: Path) -> None:
     """Round trip: files -> HeadData -> rotation recovers the per-head planted truth."""
-    root = synth.write_dataset(tmp_path / "m", heads=[(0, 3)], seed=1, rows_per_file=6000, model_name="x",
-                               n_layers=1, n_q_heads=6, n_kv_heads=2, d=16, n_examples=8, context_length=4096,
-                               bucket_size=256, rope_planes=(), param_jitter=0.2, alpha_k=2e-3)
+    root = synth.write_dataset(
+        tmp_path / "m",
+        heads=[(0, 3)],
+        seed=1,
+        rows_per_file=6000,
+        model_name="x",
+        n_layers=1,
+        n_q_heads=6,
+        n_kv_heads=2,
+        d=16,
+        n_examples=8,
+        context_length=4096,
+        bucket_size=256,
+        rope_planes=(),
+        param_jitter=0.2,
+        alpha_k=2e-3,
+    )
 
     def read(name: str):
         t = pq.read_table(root / name / "data.parquet")
         vec = t.column("vector").combine_chunks()
-        return vec.values.to_numpy().reshape(-1, 16), t.column("position").to_numpy(), t.column("example_id").to_numpy()
+        return (
+            vec.values.to_numpy().reshape(-1, 16),
+            t.column("position").to_numpy(),
+            t.column("example_id").to_numpy(),
+        )
 
     q, t, qe = read("l00h03q")
     k, s, ke = read("l00h01k")
-    head = HeadData(q=q, q_pos=t, q_example=qe, q_bucket=t // 256, k=k, k_pos=s, k_example=ke, k_bucket=s // 256,
-                    context_length=4096, bucket_size=256)
+    head = HeadData(
+        q=q,
+        q_pos=t,
+        q_example=qe,
+        q_bucket=t // 256,
+        k=k,
+        k_pos=s,
+        k_example=ke,
+        k_bucket=s // 256,
+        context_length=4096,
+        bucket_size=256,
+    )
     row = {c: v[0] for c, v in rotation.analyse(head).tables["rotation_heads"].items()}
     truth = json.loads((root / "_synth_truth.json").read_text())["heads"][0]
     assert truth["alpha_k"] != 2e-3  # jittered
@@ -213,7 +299,9 @@ def test_write_dataset_rejects_bad_arguments(tmp_path: Path) -> None:
 
 
 def test_layer_drift_decay_weakens_later_layers(tmp_path: Path) -> None:
-    root = synth.write_dataset(tmp_path / "m", heads=[(0, 0), (2, 0)], seed=0, layer_drift_decay=3.0, **WRITE)
+    root = synth.write_dataset(
+        tmp_path / "m", heads=[(0, 0), (2, 0)], seed=0, layer_drift_decay=3.0, **WRITE
+    )
     truth = {t["layer"]: t for t in json.loads((root / "_synth_truth.json").read_text())["heads"]}
     assert_allclose(truth[2]["drift_scale"] / truth[0]["drift_scale"], np.exp(-3.0 * 2 / 3))
     assert_allclose(truth[2]["alpha_k"] / truth[0]["alpha_k"], np.exp(-2.0))

@@ -26,8 +26,16 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-__all__ = ["ZERO_VAR_REL", "is_zero_variance", "pearson", "pearson_cols", "pearson_from_moments",
-           "weighted_pearson", "pearson_pvalue", "ols_slope"]
+__all__ = [
+    "ZERO_VAR_REL",
+    "is_zero_variance",
+    "pearson",
+    "pearson_cols",
+    "pearson_from_moments",
+    "weighted_pearson",
+    "pearson_pvalue",
+    "ols_slope",
+]
 
 #: a variance v counts as zero when v <= (ZERO_VAR_REL ** 2) * (mean square of the raw values)
 ZERO_VAR_REL: float = 1e-12
@@ -83,7 +91,12 @@ def pearson_cols(x: np.ndarray, y: np.ndarray, *, if_constant: float) -> np.ndar
     syy = float(yc @ yc)
     n = x.shape[0]
     return pearson_from_moments(
-        sxy, sxx, syy, x_mean_square=np.einsum("ij,ij->j", x, x) / n, y_mean_square=float(y @ y) / n, n=n,
+        sxy,
+        sxx,
+        syy,
+        x_mean_square=np.einsum("ij,ij->j", x, x) / n,
+        y_mean_square=float(y @ y) / n,
+        n=n,
         if_constant=if_constant,
     )
 
@@ -112,8 +125,9 @@ def pearson_from_moments(
     return np.where(zero, if_constant, np.clip(r, -1.0, 1.0))
 
 
-def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int,
-                     if_constant: float) -> np.ndarray:
+def weighted_pearson(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int, if_constant: float
+) -> np.ndarray:
     """Pearson r of x and y under each row of weights ``w`` (a bootstrap's multiplicities).
 
     Parameters
@@ -143,7 +157,9 @@ def weighted_pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_n: int,
         sxy = (w * dx * dy).sum(axis=1)
         r = sxy / np.sqrt(sxx * syy)
         # the rule on sums (both sides of var <= REL² * mean square multiplied by Σw)
-        constant = is_zero_variance(sxx, (w * x * x).sum(axis=1)) | is_zero_variance(syy, (w * y * y).sum(axis=1))
+        constant = is_zero_variance(sxx, (w * x * x).sum(axis=1)) | is_zero_variance(
+            syy, (w * y * y).sum(axis=1)
+        )
     r = np.clip(r, -1.0, 1.0)
     r[constant] = if_constant
     r[(w > 0).sum(axis=1) < min_n] = np.nan
@@ -185,4 +201,3 @@ def ols_slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         return float("nan"), float("nan")
     slope = float(xc @ (y - ym)) / sxx
     return slope, float(ym - slope * xm)
-

@@ -17,8 +17,20 @@ from typing import Any
 HEAD_KEY: tuple[str, ...] = ("model_id", "layer", "q_head", "k_head")
 CONFIG_COLUMN = "config_id"
 #: tables and views of the warehouse that no analysis may claim (catalog and bookkeeping)
-RESERVED_TABLES = frozenset({"models", "files", "heads", "ingest_findings", "rope_frequencies", "run_config", "head_runs",
-                             "current_config", "mart_builds", "vectors"})
+RESERVED_TABLES = frozenset(
+    {
+        "models",
+        "files",
+        "heads",
+        "ingest_findings",
+        "rope_frequencies",
+        "run_config",
+        "head_runs",
+        "current_config",
+        "mart_builds",
+        "vectors",
+    }
+)
 #: the per-head precomputations an analysis may ask for in ``Analysis.shared`` (built by
 #: :mod:`qkwh.compute.precompute`, once per head for every analysis that asks)
 SHARED: tuple[str, ...] = ("query_moments", "key_moments", "moments", "key_layout")
@@ -156,28 +168,42 @@ class Analysis:
             raise ValueError(f"analysis {self.name}: at most one table may have one row per head")
         unknown = [s for s in self.shared if s not in SHARED]
         if unknown:
-            raise ValueError(f"analysis {self.name}: unknown shared precomputation(s) {unknown}; "
-                             f"known: {', '.join(SHARED)}")
+            raise ValueError(
+                f"analysis {self.name}: unknown shared precomputation(s) {unknown}; "
+                f"known: {', '.join(SHARED)}"
+            )
         fields = [t.udf_field for t in self.tables if not t.per_head]
         if len(set(fields)) != len(fields):
             raise ValueError(f"analysis {self.name}: two tables share the SQL field name")
         reserved = set(HEAD_KEY) | {CONFIG_COLUMN}
         for t in self.tables:
             if not _NAME.match(t.name):
-                raise ValueError(f"analysis {self.name}: table name {t.name!r}: use lower-case letters, digits, '_'")
+                raise ValueError(
+                    f"analysis {self.name}: table name {t.name!r}: use lower-case letters, digits, '_'"
+                )
             if t.name in RESERVED_TABLES:
                 raise ValueError(f"analysis {self.name}: table {t.name} is one of qkwh's own")
             if not t.columns:
                 raise ValueError(f"table {t.name}: declares no column")
             names = t.column_names
             if reserved & set(names):
-                raise ValueError(f"table {t.name}: columns {sorted(reserved & set(names))} are added by qkwh")
+                raise ValueError(
+                    f"table {t.name}: columns {sorted(reserved & set(names))} are added by qkwh"
+                )
             if len(set(names)) != len(names):
                 raise ValueError(f"table {t.name}: a column is declared twice")
             if not set(t.key) <= set(names):
-                raise ValueError(f"table {t.name}: key column(s) {sorted(set(t.key) - set(names))} not declared")
+                raise ValueError(
+                    f"table {t.name}: key column(s) {sorted(set(t.key) - set(names))} not declared"
+                )
             for c in t.columns:
                 if not _NAME.match(c.name.lower()) or not _TYPE.match(c.type):
-                    raise ValueError(f"table {t.name}: bad column declaration {c.name!r} {c.type!r}")
-                if c.null_as is not None and not re.fullmatch(r"true|false|-?[0-9.]+|'[a-z_]*'", c.null_as):
-                    raise ValueError(f"table {t.name}: column {c.name}: null_as must be a plain SQL literal")
+                    raise ValueError(
+                        f"table {t.name}: bad column declaration {c.name!r} {c.type!r}"
+                    )
+                if c.null_as is not None and not re.fullmatch(
+                    r"true|false|-?[0-9.]+|'[a-z_]*'", c.null_as
+                ):
+                    raise ValueError(
+                        f"table {t.name}: column {c.name}: null_as must be a plain SQL literal"
+                    )

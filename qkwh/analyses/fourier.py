@@ -55,7 +55,9 @@ class ChebyshevBasis:
     #: which is this identity with L = 1, and K/LEAP calls instead of K)
     LEAP: int = 8
 
-    def __init__(self, tau: np.ndarray, max_omega: float, *, interval: tuple[float, float] | None = None) -> None:
+    def __init__(
+        self, tau: np.ndarray, max_omega: float, *, interval: tuple[float, float] | None = None
+    ) -> None:
         tau = np.asarray(tau, dtype=np.float64)
         lo, hi = (float(tau.min()), float(tau.max())) if interval is None else interval
         if tau.size and (tau.min() < lo or tau.max() > hi):
@@ -85,7 +87,9 @@ class ChebyshevBasis:
         """
         return self.moments_and_ones(u, self.order if order is None else order, 0)[0]
 
-    def moments_and_ones(self, u: np.ndarray, order: int, ones_order: int) -> tuple[np.ndarray, np.ndarray]:
+    def moments_and_ones(
+        self, u: np.ndarray, order: int, ones_order: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`moments` of ``u`` to ``order`` and of the constant weight 1 to ``ones_order``.
 
         Both from one pass of the recurrence (the sums of 1 at twice the frequencies need a
@@ -101,7 +105,7 @@ class ChebyshevBasis:
         t = np.empty((top, min(self.BLOCK, max(n, 1))))
         leap = self.LEAP
         for b0 in range(0, n, self.BLOCK):
-            x = self.x[b0:b0 + self.BLOCK]
+            x = self.x[b0 : b0 + self.BLOCK]
             tb = t[:, : x.size]
             tb[0] = 1.0
             if top > 1:
@@ -115,14 +119,16 @@ class ChebyshevBasis:
                 for k in range(2 * leap, top, leap):
                     k1 = min(k + leap, top)
                     rows = tb[k:k1]
-                    np.multiply(two_tl, tb[k - leap:k1 - leap], out=rows)
-                    rows -= tb[k - 2 * leap:k1 - 2 * leap]
-            out += tb[:order] @ u_arr[b0:b0 + self.BLOCK]
+                    np.multiply(two_tl, tb[k - leap : k1 - leap], out=rows)
+                    rows -= tb[k - 2 * leap : k1 - 2 * leap]
+            out += tb[:order] @ u_arr[b0 : b0 + self.BLOCK]
             if ones_order:
                 ones += tb[:ones_order].sum(axis=1)
         return out, ones
 
-    def from_moments(self, moments: np.ndarray, omegas: np.ndarray, *, origin: float | None = None) -> np.ndarray:
+    def from_moments(
+        self, moments: np.ndarray, omegas: np.ndarray, *, origin: float | None = None
+    ) -> np.ndarray:
         """The sums of :meth:`transform` from moments of order >= :meth:`order_for` ``(omegas)``."""
         om = np.ascontiguousarray(omegas, dtype=np.float64)
         order = self.order_for(om)
@@ -134,7 +140,9 @@ class ChebyshevBasis:
             out = out * (shift if one_d else shift[:, None])
         return out
 
-    def transform(self, u: np.ndarray, omegas: np.ndarray, *, origin: float | None = None) -> np.ndarray:
+    def transform(
+        self, u: np.ndarray, omegas: np.ndarray, *, origin: float | None = None
+    ) -> np.ndarray:
         """``S[g, j] = Σ_n u[n, j] exp(-i ω_g (τ_n - origin))`` (origin default: the centre).
 
         Parameters
@@ -191,7 +199,7 @@ def nudft(
         out = np.empty((om.size, u2.shape[1]), dtype=np.complex128)
         step = max(1, 2_000_000 // max(1, tau.size))
         for g0 in range(0, om.size, step):
-            out[g0:g0 + step] = np.exp(-1j * np.outer(om[g0:g0 + step], tau - origin)) @ u2
+            out[g0 : g0 + step] = np.exp(-1j * np.outer(om[g0 : g0 + step], tau - origin)) @ u2
         return out[:, 0] if u_arr.ndim == 1 else out
     return ChebyshevBasis(tau, max_om).transform(u_arr, om, origin=origin)
 
@@ -202,6 +210,7 @@ def log_omega_grid(context_length: int, bucket_size: int, n: int) -> np.ndarray:
     See docs/metrics/rotation.md#omega-is-the-drift-a-slow-rotation.
     """
     if context_length <= 0 or bucket_size <= 0:
-        raise ValueError(f"context_length and bucket_size must be positive; got {context_length}, {bucket_size}")
+        raise ValueError(
+            f"context_length and bucket_size must be positive; got {context_length}, {bucket_size}"
+        )
     return np.geomspace(2.0 * np.pi / (50.0 * context_length), np.pi / bucket_size, int(n))
-

@@ -10,7 +10,13 @@ __all__ = ["lda_direction", "lda_accuracy_from_scores", "lda_accuracy"]
 
 
 def lda_direction(
-    mu_q: np.ndarray, mu_k: np.ndarray, s_w: np.ndarray, n_q: int, n_k: int, *, scale: np.ndarray | float
+    mu_q: np.ndarray,
+    mu_k: np.ndarray,
+    s_w: np.ndarray,
+    n_q: int,
+    n_k: int,
+    *,
+    scale: np.ndarray | float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two-class linear discriminant w, w0 for P problems at once: predict Q iff zᵀw + w0 > 0.
 
@@ -69,9 +75,10 @@ def lda_accuracy(z: np.ndarray, is_q: np.ndarray) -> float:
     mu_q, mu_k = z[lab].mean(axis=0), z[~lab].mean(axis=0)
     zc = z - np.where(lab[:, None], mu_q, mu_k)
     s_w = (zc.T @ zc) / n
-    w, w0 = lda_direction(mu_q[None], mu_k[None], s_w[None], n_q, n - n_q, scale=float(np.mean(z * z)) * z.shape[1])
+    w, w0 = lda_direction(
+        mu_q[None], mu_k[None], s_w[None], n_q, n - n_q, scale=float(np.mean(z * z)) * z.shape[1]
+    )
     if np.isnan(w0[0]):
         return float("nan")
     score = z @ w[0] + w0[0]
     return float(np.mean((score > 0) == lab))
-

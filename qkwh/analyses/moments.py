@@ -16,9 +16,20 @@ import numpy as np
 
 from qkwh.analyses.types import HeadData
 
-__all__ = ["MIN_ROWS", "MAX_QUERY_BUCKETS", "HeadMoments", "KeyMoments", "QueryMoments", "head_moments",
-           "key_moments", "query_moments",
-           "validate_head", "orient_largest_positive", "complement_basis", "cap_rows"]
+__all__ = [
+    "MIN_ROWS",
+    "MAX_QUERY_BUCKETS",
+    "HeadMoments",
+    "KeyMoments",
+    "QueryMoments",
+    "head_moments",
+    "key_moments",
+    "query_moments",
+    "validate_head",
+    "orient_largest_positive",
+    "complement_basis",
+    "cap_rows",
+]
 
 #: minimum number of q rows and of k rows an analysis accepts (p-values need n - 2 >= 1)
 MIN_ROWS: int = 3
@@ -69,7 +80,7 @@ def complement_basis(axes: np.ndarray) -> np.ndarray:
     if axes.ndim == 1:
         axes = axes[:, None]
     q, _ = np.linalg.qr(axes, mode="complete")
-    return q[:, axes.shape[1]:]
+    return q[:, axes.shape[1] :]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +142,9 @@ def query_moments(q: np.ndarray, q_pos: np.ndarray, q_bucket: np.ndarray) -> Que
     """
     qb = np.asarray(q_bucket, dtype=np.int64)
     order = np.argsort(qb, kind="stable")
-    xc = np.take(np.asarray(q), order, axis=0).astype(np.float64, copy=False)  # a new C-ordered array
+    xc = np.take(np.asarray(q), order, axis=0).astype(
+        np.float64, copy=False
+    )  # a new C-ordered array
     t = np.asarray(q_pos, dtype=np.float64)[order]
     n, d = xc.shape
     mu = xc.mean(axis=0) if n else np.full(d, np.nan)
@@ -142,7 +155,7 @@ def query_moments(q: np.ndarray, q_pos: np.ndarray, q_bucket: np.ndarray) -> Que
     bucket_scatter = np.empty((nb, d, d)) if nb <= MAX_QUERY_BUCKETS else None
     scatter = np.zeros((d, d))
     for i in range(nb):
-        rows = xc[int(start[i]): int(start[i] + count[i])]
+        rows = xc[int(start[i]) : int(start[i] + count[i])]
         m = rows.mean(axis=0)
         bucket_mean[i] = m
         if bucket_scatter is not None:
@@ -154,9 +167,18 @@ def query_moments(q: np.ndarray, q_pos: np.ndarray, q_bucket: np.ndarray) -> Que
             bucket_scatter[i] = g
     if bucket_scatter is None:
         scatter = _gram(xc)
-    return QueryMoments(order=order, qc=xc, t=t, mu=mu, buckets=buckets, start=start.astype(np.int64),
-                        count=count.astype(np.int64), bucket_mean=bucket_mean, bucket_scatter=bucket_scatter,
-                        scatter=scatter)
+    return QueryMoments(
+        order=order,
+        qc=xc,
+        t=t,
+        mu=mu,
+        buckets=buckets,
+        start=start.astype(np.int64),
+        count=count.astype(np.int64),
+        bucket_mean=bucket_mean,
+        bucket_scatter=bucket_scatter,
+        scatter=scatter,
+    )
 
 
 @dataclass(frozen=True)
@@ -334,10 +356,14 @@ def key_moments(k: np.ndarray, k_pos: np.ndarray) -> KeyMoments:
     cr_k, sm, sss = _position_moments(kc, s)
     for a in (s, kc, mu_k, sc_k, cr_k):
         a.flags.writeable = False  # shared between heads: never modified in place
-    return KeyMoments(kc=kc, s=s, mu_k=mu_k, scatter_k=sc_k, cross_ks=cr_k, s_mean=sm, sss=sss, msq_k=msq_k)
+    return KeyMoments(
+        kc=kc, s=s, mu_k=mu_k, scatter_k=sc_k, cross_ks=cr_k, s_mean=sm, sss=sss, msq_k=msq_k
+    )
 
 
-def head_moments(head: HeadData, *, query: QueryMoments | None = None, keys: KeyMoments | None = None) -> HeadMoments:
+def head_moments(
+    head: HeadData, *, query: QueryMoments | None = None, keys: KeyMoments | None = None
+) -> HeadMoments:
     """The :class:`HeadMoments` of ``head``.
 
     Cost O((n_q + n_k) d²) — the only pass over the rows that is quadratic in d.  Callers that run
@@ -351,9 +377,23 @@ def head_moments(head: HeadData, *, query: QueryMoments | None = None, keys: Key
     cr_q, tm, stt = _position_moments(qm.qc, qm.t)
     msq_q = float(np.trace(qm.scatter)) / qm.n + float(qm.mu @ qm.mu)
     return HeadMoments(
-        qc=qm.qc, kc=km.kc, t=qm.t, s=km.s, mu_q=qm.mu, mu_k=km.mu_k, scatter_q=qm.scatter,
-        scatter_k=km.scatter_k, cross_qt=cr_q, cross_ks=km.cross_ks, t_mean=tm, s_mean=km.s_mean, stt=stt,
-        sss=km.sss, msq_q=msq_q, msq_k=km.msq_k, query=qm,
+        qc=qm.qc,
+        kc=km.kc,
+        t=qm.t,
+        s=km.s,
+        mu_q=qm.mu,
+        mu_k=km.mu_k,
+        scatter_q=qm.scatter,
+        scatter_k=km.scatter_k,
+        cross_qt=cr_q,
+        cross_ks=km.cross_ks,
+        t_mean=tm,
+        s_mean=km.s_mean,
+        stt=stt,
+        sss=km.sss,
+        msq_q=msq_q,
+        msq_k=km.msq_k,
+        query=qm,
     )
 
 

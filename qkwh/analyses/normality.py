@@ -157,8 +157,10 @@ def _ks_from_sorted(srt: np.ndarray, block: int = KS_BLOCK) -> np.ndarray:
     ends = np.minimum(starts + block, n) - 1
     c_s = ndtr(srt[:, starts], dtype=np.float64)  # (k, blocks)
     c_e = ndtr(srt[:, ends], dtype=np.float64)
-    lower = np.maximum(np.maximum(up[starts] - c_s, c_s - down[starts]),
-                       np.maximum(up[ends] - c_e, c_e - down[ends])).max(axis=1)
+    lower = np.maximum(
+        np.maximum(up[starts] - c_s, c_s - down[starts]),
+        np.maximum(up[ends] - c_e, c_e - down[ends]),
+    ).max(axis=1)
     bound = np.maximum(up[ends] - c_s, c_e - down[starts]) + _KS_BOUND_SLACK
     r, b = np.nonzero(bound >= lower[:, None])  # row-major: grouped by row
     idx = np.minimum(starts[b][:, None] + np.arange(block), ends[b][:, None])  # (C, block)
@@ -241,4 +243,3 @@ def ks_summary(Zt: np.ndarray, p_alpha: float) -> tuple[float, float]:
     exact_d(undecided)
     count = int(np.sum(sure_small_p)) + sum(sf(exact[int(r)]) < p_alpha for r in undecided)
     return med, count / k
-

@@ -30,6 +30,7 @@ from qkwh.analyses.types import AnalysisResult, HeadData
 
 __all__ = ["analyse"]
 
+
 def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
     """All-NaN rows for a head with (numerically) zero total variance."""
     nan = np.full(n_pc, np.nan)
@@ -38,9 +39,17 @@ def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
         "pca_components",
         {
             "pc": np.arange(n_pc, dtype=np.int64),
-            "explained_variance_ratio": nan, "r_q": nan, "r_k": nan, "p_q": nan, "p_k": nan,
-            "sign_flipped": np.zeros(n_pc, dtype=bool), "anchor": np.full(n_pc, None, dtype=object),
-            "mean_q": nan, "mean_k": nan, "var_q": nan, "var_k": nan,
+            "explained_variance_ratio": nan,
+            "r_q": nan,
+            "r_k": nan,
+            "p_q": nan,
+            "p_k": nan,
+            "sign_flipped": np.zeros(n_pc, dtype=bool),
+            "anchor": np.full(n_pc, None, dtype=object),
+            "mean_q": nan,
+            "mean_k": nan,
+            "var_q": nan,
+            "var_k": nan,
         },
     )
     res.add("pca_heads", _heads_row(mom, **dict.fromkeys(_HEAD_FLOATS, np.nan)))
@@ -48,8 +57,19 @@ def _nan_result(mom: stats.HeadMoments, n_pc: int) -> AnalysisResult:
 
 
 _HEAD_FLOATS = (
-    "ev0", "ev1", "r_q0", "r_k0", "pos_var_q_thesis", "pos_var_k_thesis", "pc0_share_pos_q",
-    "pc0_share_pos_k", "pos_var_q_exact", "pos_var_k_exact", "qk_sep_pc0", "fisher_pc0", "qk_acc_pc01",
+    "ev0",
+    "ev1",
+    "r_q0",
+    "r_k0",
+    "pos_var_q_thesis",
+    "pos_var_k_thesis",
+    "pc0_share_pos_q",
+    "pc0_share_pos_k",
+    "pos_var_q_exact",
+    "pos_var_k_exact",
+    "qk_sep_pc0",
+    "fisher_pc0",
+    "qk_acc_pc01",
 )
 
 
@@ -68,7 +88,9 @@ def _safe_div(num: float, den: float) -> float:
     return float(num / den) if den != 0 and np.isfinite(den) else float("nan")
 
 
-def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.HeadMoments | None = None) -> AnalysisResult:
+def analyse(
+    head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.HeadMoments | None = None
+) -> AnalysisResult:
     """Combined Q/K PCA of one head (docs/metrics/pca.md#method).
 
     The head taxonomy is derived from r_q0 / r_k0 by the dbt project (``head_metrics``), not here.
@@ -119,11 +141,21 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     sq_q = np.einsum("ij,ik,kj->j", v0, mom.scatter_q, v0)  # Σ (z^Q - mean)^2, (n_pc,)
     sq_k = np.einsum("ij,ik,kj->j", v0, mom.scatter_k, v0)
     r_q_raw = stats.pearson_from_moments(
-        v0.T @ mom.cross_qt, sq_q, mom.stt, x_mean_square=mom.msq_q, y_mean_square=float(mom.t @ mom.t) / n_q, n=n_q,
+        v0.T @ mom.cross_qt,
+        sq_q,
+        mom.stt,
+        x_mean_square=mom.msq_q,
+        y_mean_square=float(mom.t @ mom.t) / n_q,
+        n=n_q,
         if_constant=0.0,
     )
     r_k_raw = stats.pearson_from_moments(
-        v0.T @ mom.cross_ks, sq_k, mom.sss, x_mean_square=mom.msq_k, y_mean_square=float(mom.s @ mom.s) / n_k, n=n_k,
+        v0.T @ mom.cross_ks,
+        sq_k,
+        mom.sss,
+        x_mean_square=mom.msq_k,
+        y_mean_square=float(mom.s @ mom.s) / n_k,
+        n=n_k,
         if_constant=0.0,
     )
     use_q = np.abs(r_q_raw) >= params.sign_threshold
@@ -133,8 +165,16 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
     r_q, r_k = r_q_raw * sigma, r_k_raw * sigma
     zero_t = bool(stats.is_zero_variance(mom.stt / n_q, float(mom.t @ mom.t) / n_q))
     zero_s = bool(stats.is_zero_variance(mom.sss / n_k, float(mom.s @ mom.s) / n_k))
-    p_q = np.where(zero_t | stats.is_zero_variance(sq_q / n_q, mom.msq_q), np.nan, stats.pearson_pvalue(r_q, n_q))
-    p_k = np.where(zero_s | stats.is_zero_variance(sq_k / n_k, mom.msq_k), np.nan, stats.pearson_pvalue(r_k, n_k))
+    p_q = np.where(
+        zero_t | stats.is_zero_variance(sq_q / n_q, mom.msq_q),
+        np.nan,
+        stats.pearson_pvalue(r_q, n_q),
+    )
+    p_k = np.where(
+        zero_s | stats.is_zero_variance(sq_k / n_k, mom.msq_k),
+        np.nan,
+        stats.pearson_pvalue(r_k, n_k),
+    )
 
     xbar = mom.mean
     mean_q = (mom.mu_q - xbar) @ v
@@ -148,10 +188,16 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
         {
             "pc": np.arange(n_pc, dtype=np.int64),
             "explained_variance_ratio": evr,
-            "r_q": r_q, "r_k": r_k, "p_q": p_q, "p_k": p_k,
+            "r_q": r_q,
+            "r_k": r_k,
+            "p_q": p_q,
+            "p_k": p_k,
             "sign_flipped": sigma < 0,
             "anchor": np.where(use_q, "q", "k").astype(object),
-            "mean_q": mean_q, "mean_k": mean_k, "var_q": var_q, "var_k": var_k,
+            "mean_q": mean_q,
+            "mean_k": mean_k,
+            "var_q": var_q,
+            "var_k": var_k,
         },
     )
 
@@ -182,10 +228,13 @@ def analyse(head: HeadData, params: PCAParams = PCAParams(), *, moments: stats.H
         ),
     )
     # the canonicalised components and the pooled mean, for PC0/PC1 collages (z = (x - mean)·pc)
-    res.add("pca_axes", {
-        "axis": np.array(["mean", *(f"pc{i}" for i in range(n_pc))], dtype=object),
-        "vec": np.vstack([xbar, v.T]),
-    })
+    res.add(
+        "pca_axes",
+        {
+            "axis": np.array(["mean", *(f"pc{i}" for i in range(n_pc))], dtype=object),
+            "vec": np.vstack([xbar, v.T]),
+        },
+    )
     return res
 
 
@@ -221,7 +270,9 @@ def _pos_var_exact(
     return float(cross @ cross) / (spp * tr)
 
 
-def run(head: HeadData, params: PCAParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+def run(
+    head: HeadData, params: PCAParams, *, seed: int, shared: Mapping[str, Any]
+) -> AnalysisResult:
     """The registered function (``qkwh.analyses.declared.pca``): :func:`analyse` with the shared
     per-head precomputations."""
     return analyse(head, params, moments=shared.get("moments"))

@@ -134,27 +134,54 @@ HEADS, BUCKETS, HEATMAP, COMPONENTS = (
 )
 
 _DIAG_COLUMNS = (
-    "q_R2_pos", "q_beta_norm",
-    "q_R2_scalar", "q_mae_baseline", "q_mae_proj", "q_mae_ratio",
-    "q_resid0_skew", "q_resid0_kurt", "q_resid0_ks_p",
-    "q_noise_med_abs_skew", "q_noise_med_abs_kurt",
-    "q_noise_med_ks_p", "q_noise_frac_ks_p_lt_alpha",
+    "q_R2_pos",
+    "q_beta_norm",
+    "q_R2_scalar",
+    "q_mae_baseline",
+    "q_mae_proj",
+    "q_mae_ratio",
+    "q_resid0_skew",
+    "q_resid0_kurt",
+    "q_resid0_ks_p",
+    "q_noise_med_abs_skew",
+    "q_noise_med_abs_kurt",
+    "q_noise_med_ks_p",
+    "q_noise_frac_ks_p_lt_alpha",
 )
 
 #: Columns this module writes, per table (the schema's minus the head key and config_id).
 COLUMNS: dict[str, tuple[str, ...]] = {
     HEADS: (
-        "n_q", "n_k", "d",
+        "n_q",
+        "n_k",
+        "d",
         *_DIAG_COLUMNS,
-        "alpha_pos", "beta_pos", "sigma2_pos", "seed_used",
+        "alpha_pos",
+        "beta_pos",
+        "sigma2_pos",
+        "seed_used",
         "context_length",
-        "cov_mode", "eligibility", "pairs", "empirical",
+        "cov_mode",
+        "eligibility",
+        "pairs",
+        "empirical",
     ),
     BUCKETS: (
-        "q_bucket", "bucket_position", "bucket_midpoint", "bucket_frac",
-        "n_queries", "n_eligible_keys", "n_admissible_pairs", "n_pairs",
-        "ap_bucket", "ap_bucket_se", "mean_abs_z",
-        "ap_bucket_empirical", "ap_bucket_empirical_se", "gauss_gap_se", "mode",
+        "q_bucket",
+        "bucket_position",
+        "bucket_midpoint",
+        "bucket_frac",
+        "n_queries",
+        "n_eligible_keys",
+        "n_admissible_pairs",
+        "n_pairs",
+        "ap_bucket",
+        "ap_bucket_se",
+        "mean_abs_z",
+        "ap_bucket_empirical",
+        "ap_bucket_empirical_se",
+        "gauss_gap_se",
+        "mode",
     ),
     HEATMAP: ("q_bucket", "dx_bin", "dm_bin", "n", "sum_pp", "sum_pp2"),
     COMPONENTS: ("component", "component_r2", "component_weight"),
@@ -180,18 +207,27 @@ def _validate(head: HeadData) -> tuple[np.ndarray, np.ndarray]:
     if q.shape[1] < 1:
         raise ValueError("plasticity: head dimension d must be >= 1")
     for name, arr, n in (
-        ("q_pos", head.q_pos, q.shape[0]), ("q_example", head.q_example, q.shape[0]),
-        ("q_bucket", head.q_bucket, q.shape[0]), ("k_pos", head.k_pos, k.shape[0]),
-        ("k_example", head.k_example, k.shape[0]), ("k_bucket", head.k_bucket, k.shape[0]),
+        ("q_pos", head.q_pos, q.shape[0]),
+        ("q_example", head.q_example, q.shape[0]),
+        ("q_bucket", head.q_bucket, q.shape[0]),
+        ("k_pos", head.k_pos, k.shape[0]),
+        ("k_example", head.k_example, k.shape[0]),
+        ("k_bucket", head.k_bucket, k.shape[0]),
     ):
         if np.shape(arr) != (n,):
-            raise ValueError(f"plasticity: {name} must have shape ({n},) to match the vectors; got {np.shape(arr)}")
+            raise ValueError(
+                f"plasticity: {name} must have shape ({n},) to match the vectors; got {np.shape(arr)}"
+            )
     if not head.bucket_size or head.bucket_size <= 0:
         raise ValueError(f"plasticity: bucket_size must be positive; got {head.bucket_size!r}")
     if not head.context_length or head.context_length <= 0:
-        raise ValueError(f"plasticity: context_length must be positive; got {head.context_length!r}")
+        raise ValueError(
+            f"plasticity: context_length must be positive; got {head.context_length!r}"
+        )
     if head.sliding_window is not None and head.sliding_window <= 0:
-        raise ValueError(f"plasticity: sliding_window must be positive or None; got {head.sliding_window!r}")
+        raise ValueError(
+            f"plasticity: sliding_window must be positive or None; got {head.sliding_window!r}"
+        )
     return q, k
 
 
@@ -219,7 +255,9 @@ class KeyLayout:
     signs: np.ndarray
 
 
-def key_layout(k: np.ndarray, k_pos: np.ndarray, k_example: np.ndarray, k_bucket: np.ndarray) -> KeyLayout:
+def key_layout(
+    k: np.ndarray, k_pos: np.ndarray, k_example: np.ndarray, k_bucket: np.ndarray
+) -> KeyLayout:
     """The :class:`KeyLayout` of key rows ``k`` (n_k, d) with positions, examples and buckets (n_k,)."""
     k_ex_ids, k_ex = np.unique(np.asarray(k_example), return_inverse=True)
     k_ex = k_ex.reshape(-1)
@@ -242,7 +280,12 @@ def head_key_layout(head: HeadData) -> KeyLayout:
 
 
 def _q_diagnostics(
-    t: np.ndarray, Qc: np.ndarray, reg: Regression, beta_norm: float, params: PlasticityParams, seed: int
+    t: np.ndarray,
+    Qc: np.ndarray,
+    reg: Regression,
+    beta_norm: float,
+    params: PlasticityParams,
+    seed: int,
 ) -> dict[str, float]:
     """The q_* columns of step 2 from the *centred* rotated queries ``Qc`` (n x d, n >= 2).
 
@@ -273,8 +316,12 @@ def _q_diagnostics(
     if d > 1:
         sk, ku = standardised_moments(Qc, n)
         sk, ku = sk[1:], ku[1:]
-        out["q_noise_med_abs_skew"] = float(np.nanmedian(np.abs(sk))) if np.isfinite(sk).any() else math.nan
-        out["q_noise_med_abs_kurt"] = float(np.nanmedian(np.abs(ku))) if np.isfinite(ku).any() else math.nan
+        out["q_noise_med_abs_skew"] = (
+            float(np.nanmedian(np.abs(sk))) if np.isfinite(sk).any() else math.nan
+        )
+        out["q_noise_med_abs_kurt"] = (
+            float(np.nanmedian(np.abs(ku))) if np.isfinite(ku).any() else math.nan
+        )
         n_dims = min(int(params.normality_max_dims), d - 1)
         dims = 1 + np.random.default_rng(seed).choice(d - 1, n_dims, replace=False)
         Zt = Qc.T[dims]  # (n_dims, n)
@@ -282,7 +329,12 @@ def _q_diagnostics(
         Zt /= np.where(sds > 0, sds, 1.0)[:, None]
         out["q_noise_med_ks_p"], out["q_noise_frac_ks_p_lt_alpha"] = ks_summary(Zt, params.p_alpha)
     else:
-        for c in ("q_noise_med_abs_skew", "q_noise_med_abs_kurt", "q_noise_med_ks_p", "q_noise_frac_ks_p_lt_alpha"):
+        for c in (
+            "q_noise_med_abs_skew",
+            "q_noise_med_abs_kurt",
+            "q_noise_med_ks_p",
+            "q_noise_frac_ks_p_lt_alpha",
+        ):
             out[c] = math.nan
     return out
 
@@ -291,8 +343,14 @@ def _nan_diagnostics() -> dict[str, float]:
     return dict.fromkeys(_DIAG_COLUMNS, math.nan)
 
 
-def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
-            moments: QueryMoments | None = None, keys: KeyLayout | None = None) -> AnalysisResult:
+def analyse(
+    head: HeadData,
+    params: PlasticityParams,
+    *,
+    seed: int,
+    moments: QueryMoments | None = None,
+    keys: KeyLayout | None = None,
+) -> AnalysisResult:
     """Attention plasticity of one head -> the four ``plasticity_*`` tables (docs/metrics/plasticity.md).
 
     head : Q (n_q x d), K (n_k x d) and row metadata; ``head.bucket_size`` is the heatmap width
@@ -316,11 +374,17 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     columns; no Python loop over pairs or rows.  Exhaustive mode adds O(sum_e G_e d²) per bucket.
     """
     if params.cov_mode not in ("full", "diag", "global_diag"):
-        raise ValueError(f"plasticity.cov_mode must be one of full, diag, global_diag; got {params.cov_mode!r}")
+        raise ValueError(
+            f"plasticity.cov_mode must be one of full, diag, global_diag; got {params.cov_mode!r}"
+        )
     if params.eligibility not in ("position", "strict_bucket"):
-        raise ValueError(f"plasticity.eligibility must be one of position, strict_bucket; got {params.eligibility!r}")
+        raise ValueError(
+            f"plasticity.eligibility must be one of position, strict_bucket; got {params.eligibility!r}"
+        )
     if params.pairs not in ("sampled", "exhaustive"):
-        raise ValueError(f"plasticity.pairs must be one of sampled, exhaustive; got {params.pairs!r}")
+        raise ValueError(
+            f"plasticity.pairs must be one of sampled, exhaustive; got {params.pairs!r}"
+        )
     q_in, k_in = _validate(head)
     n_q, d = q_in.shape
     n_k = k_in.shape[0]
@@ -398,7 +462,9 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     heat_rows: list[tuple[int, tuple[np.ndarray, ...]]] = []
     model_ok = n_k > 0 and np.isfinite(pos_model.sigma2_pos) and np.isfinite(pos_model.alpha_pos)
     window = head.sliding_window
-    buffers = (np.empty((P, d)), np.empty((P, d))) if params.pairs == "sampled" and n_k > 1 else None
+    buffers = (
+        (np.empty((P, d)), np.empty((P, d))) if params.pairs == "sampled" and n_k > 1 else None
+    )
     for bi, j in enumerate(buckets):
         rows = slice(int(bstart[bi]), int(bstart[bi] + bcount[bi]))
         tau = float(t[rows].mean())
@@ -418,18 +484,36 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
             continue
         if qm.bucket_scatter is None or params.cov_mode == "global_diag":
             model = query_model(
-                Qc[rows], tau, pos_model, params.cov_mode, params.eps,
-                global_fit=global_fit, global_resid_var=global_resid_var, offset=qbar_rot,
+                Qc[rows],
+                tau,
+                pos_model,
+                params.cov_mode,
+                params.eps,
+                global_fit=global_fit,
+                global_resid_var=global_resid_var,
+                offset=qbar_rot,
             )
         else:
             mean_rot = apply_householder((qm.bucket_mean[bi] * signs)[None, :], v)[0]
             model = query_model_from_moments(
-                mean_rot, reflect_symmetric(qm.bucket_scatter[bi] * flip, v), int(bcount[bi]), tau, pos_model,
-                params.cov_mode, params.eps, offset=qbar_rot,
+                mean_rot,
+                reflect_symmetric(qm.bucket_scatter[bi] * flip, v),
+                int(bcount[bi]),
+                tau,
+                pos_model,
+                params.cov_mode,
+                params.eps,
+                offset=qbar_rot,
             )
-        kw: dict[str, Any] = dict(bucket_width=W, num_pairs=P, var_floor=params.var_floor,
-                  queries=q_sorted[rows] if params.empirical else None, keys_raw=k_raw,  # type: ignore[index]
-                  gram_block=_GRAM_BLOCK, heat_dense_max=_HEAT_DENSE_MAX)
+        kw: dict[str, Any] = dict(
+            bucket_width=W,
+            num_pairs=P,
+            var_floor=params.var_floor,
+            queries=q_sorted[rows] if params.empirical else None,
+            keys_raw=k_raw,  # type: ignore[index]
+            gram_block=_GRAM_BLOCK,
+            heat_dense_max=_HEAT_DENSE_MAX,
+        )
         if params.pairs == "exhaustive":
             est = exhaustive_bucket(Kr, k_pos, counts, model, rows=elig, **kw)
         else:
@@ -437,29 +521,36 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
         b_npairs[bi] = est.n_pairs
         b_ap[bi], b_se[bi], b_z[bi] = est.ap, est.se, est.mean_abs_z
         if est.empirical is not None:
-            b_emp[bi], b_emp_se[bi], b_gap_se[bi] = est.empirical.ap, est.empirical.se, est.empirical.gap_se
+            b_emp[bi], b_emp_se[bi], b_gap_se[bi] = (
+                est.empirical.ap,
+                est.empirical.se,
+                est.empirical.gap_se,
+            )
         if est.heat is not None:
             heat_rows.append((int(j), est.heat.rows()))
 
     result = AnalysisResult()
     # -- plasticity_buckets ------------------------------------------------------------------
-    result.add(BUCKETS, {
-        "q_bucket": buckets.astype(np.int64),
-        "bucket_position": b_tau,
-        "bucket_midpoint": (buckets + 0.5) * W,
-        "bucket_frac": b_tau / L,
-        "n_queries": bcount.astype(np.int64),
-        "n_eligible_keys": b_elig,
-        "n_admissible_pairs": b_adm,
-        "n_pairs": b_npairs,
-        "ap_bucket": b_ap,
-        "ap_bucket_se": b_se,
-        "mean_abs_z": b_z,
-        "ap_bucket_empirical": b_emp,
-        "ap_bucket_empirical_se": b_emp_se,
-        "gauss_gap_se": b_gap_se,
-        "mode": np.array([mode_tag] * nb, dtype=object),
-    })
+    result.add(
+        BUCKETS,
+        {
+            "q_bucket": buckets.astype(np.int64),
+            "bucket_position": b_tau,
+            "bucket_midpoint": (buckets + 0.5) * W,
+            "bucket_frac": b_tau / L,
+            "n_queries": bcount.astype(np.int64),
+            "n_eligible_keys": b_elig,
+            "n_admissible_pairs": b_adm,
+            "n_pairs": b_npairs,
+            "ap_bucket": b_ap,
+            "ap_bucket_se": b_se,
+            "mean_abs_z": b_z,
+            "ap_bucket_empirical": b_emp,
+            "ap_bucket_empirical_se": b_emp_se,
+            "gauss_gap_se": b_gap_se,
+            "mode": np.array([mode_tag] * nb, dtype=object),
+        },
+    )
     # -- plasticity_heatmap --------------------------------------------------------------------
     if heat_rows:
         parts = [(np.full(len(r[0]), j, dtype=np.int64), *r) for j, r in heat_rows]
@@ -469,11 +560,14 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     result.add(HEATMAP, dict(zip(COLUMNS[HEATMAP], cols)))
     # -- plasticity_components -----------------------------------------------------------------
     r2 = np.asarray(reg.r2, dtype=np.float64) if n_q >= 2 else np.full(d, np.nan)
-    result.add(COMPONENTS, {
-        "component": np.arange(d, dtype=np.int64),
-        "component_r2": r2,
-        "component_weight": component_weights(r2) if n_q >= 2 else np.full(d, np.nan),
-    })
+    result.add(
+        COMPONENTS,
+        {
+            "component": np.arange(d, dtype=np.int64),
+            "component_r2": r2,
+            "component_weight": component_weights(r2) if n_q >= 2 else np.full(d, np.nan),
+        },
+    )
     # -- plasticity_heads ----------------------------------------------------------------------
     row: dict[str, object] = {"n_q": n_q, "n_k": n_k, "d": d, **diag}
     row.update(
@@ -495,8 +589,11 @@ def analyse(head: HeadData, params: PlasticityParams, *, seed: int,
     return result
 
 
-def run(head: HeadData, params: PlasticityParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+def run(
+    head: HeadData, params: PlasticityParams, *, seed: int, shared: Mapping[str, Any]
+) -> AnalysisResult:
     """The registered function (``qkwh.analyses.declared.plasticity``): :func:`analyse` with the shared
     per-head precomputations."""
-    return analyse(head, params, seed=seed, moments=shared.get("query_moments"),
-                   keys=shared.get("key_layout"))
+    return analyse(
+        head, params, seed=seed, moments=shared.get("query_moments"), keys=shared.get("key_layout")
+    )

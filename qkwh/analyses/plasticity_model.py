@@ -16,10 +16,23 @@ from scipy.linalg import blas as _blas
 from scipy.linalg import lapack as _lapack
 from scipy.special import ndtr
 
-__all__ = ["HOUSEHOLDER_TOL", "SS_TOT_FLOOR", "PositionalModel", "QueryModel", "Regression",
-           "apply_householder", "component_weights", "fit_position_regression", "householder_vector",
-           "orientation_signs", "pair_plasticity", "query_model", "query_model_from_moments", "reflect_symmetric",
-           "scalar_position_predictability"]
+__all__ = [
+    "HOUSEHOLDER_TOL",
+    "SS_TOT_FLOOR",
+    "PositionalModel",
+    "QueryModel",
+    "Regression",
+    "apply_householder",
+    "component_weights",
+    "fit_position_regression",
+    "householder_vector",
+    "orientation_signs",
+    "pair_plasticity",
+    "query_model",
+    "query_model_from_moments",
+    "reflect_symmetric",
+    "scalar_position_predictability",
+]
 
 HOUSEHOLDER_TOL = 1e-12  # ||beta|| or ||beta_hat - e1|| below this -> H = I (step 3)
 SS_TOT_FLOOR = 1e-12  # R² = 1 - SS_res / max(SS_tot, floor) (step 2)
@@ -100,7 +113,9 @@ def component_weights(r2: np.ndarray) -> np.ndarray:
     return pos / total
 
 
-def scalar_position_predictability(t: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
+def scalar_position_predictability(
+    t: np.ndarray, s: np.ndarray
+) -> tuple[float, float, float, float]:
     """``(q_R2_scalar, q_mae_baseline, q_mae_proj, q_mae_ratio)`` of step 2.
 
     s : (n,) scalar projection ``X u`` of the oriented queries on ``u = beta/||beta||`` (equal to
@@ -123,7 +138,6 @@ def scalar_position_predictability(t: np.ndarray, s: np.ndarray) -> tuple[float,
     mae_proj = float(np.mean(np.abs(res)))
     ratio = mae_proj / mae_base if mae_base > 0 else 1.0
     return r2, mae_base, mae_proj, ratio
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,12 +294,24 @@ def query_model(
     q_rot = np.asarray(q_rot, dtype=np.float64)
     n, d = q_rot.shape
     mean, scatter = np.zeros(d), None
-    if cov_mode in ("full", "diag") and n >= 2:  # else the rows are not read (or an error is raised)
+    if (
+        cov_mode in ("full", "diag") and n >= 2
+    ):  # else the rows are not read (or an error is raised)
         mean = q_rot.mean(axis=0)
         c = q_rot - mean
         scatter = c.T @ c
-    return query_model_from_moments(mean, scatter, n, tau, pos, cov_mode, eps, global_fit=global_fit,
-                                    global_resid_var=global_resid_var, offset=offset)
+    return query_model_from_moments(
+        mean,
+        scatter,
+        n,
+        tau,
+        pos,
+        cov_mode,
+        eps,
+        global_fit=global_fit,
+        global_resid_var=global_resid_var,
+        offset=offset,
+    )
 
 
 def query_model_from_moments(
@@ -395,5 +421,3 @@ def _pp_from_mv(m: np.ndarray, v: np.ndarray, var_floor: float) -> tuple[np.ndar
     pp *= a
     pp *= 4.0
     return pp, z
-
-

@@ -15,9 +15,18 @@ from scipy.linalg import blas as _blas
 
 from qkwh.analyses.plasticity_model import QueryModel, _pp_from_mv, pair_plasticity
 
-__all__ = ["BucketEstimate", "EmpiricalEstimate", "HeatmapAccumulator", "admissible_pair_counts",
-           "empirical_pair_plasticity", "enumerate_pairs", "exhaustive_bucket", "net_wins", "sample_pairs",
-           "sampled_bucket"]
+__all__ = [
+    "BucketEstimate",
+    "EmpiricalEstimate",
+    "HeatmapAccumulator",
+    "admissible_pair_counts",
+    "empirical_pair_plasticity",
+    "enumerate_pairs",
+    "exhaustive_bucket",
+    "net_wins",
+    "sample_pairs",
+    "sampled_bucket",
+]
 
 GRAM_BLOCK = 1 << 20  # max float64 entries of one batched Gram block in exhaustive mode
 HEAT_DENSE_MAX = 1 << 18  # larger (dx_bin, dm_bin) grids are accumulated sparsely
@@ -32,7 +41,9 @@ def admissible_pair_counts(counts: np.ndarray) -> np.ndarray:
     return g * (g - 1) // 2
 
 
-def sample_pairs(rng: np.random.Generator, counts: np.ndarray, n_pairs: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_pairs(
+    rng: np.random.Generator, counts: np.ndarray, n_pairs: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``n_pairs`` admissible pairs i.i.d. and uniformly over all admissible pairs.
 
     counts : (E,) eligible keys per example (``G_e``); the eligible keys are laid out example
@@ -139,8 +150,12 @@ class HeatmapAccumulator:
         codes, inv = np.unique(np.concatenate([self.cells, cell]), return_inverse=True)
         ones = np.concatenate([self.n, np.ones(len(cell), dtype=np.int64)])
         self.n = np.bincount(inv, weights=ones, minlength=len(codes)).astype(np.int64)
-        self.sum_pp = np.bincount(inv, weights=np.concatenate([self.sum_pp, pp]), minlength=len(codes))
-        self.sum_pp2 = np.bincount(inv, weights=np.concatenate([self.sum_pp2, pp * pp]), minlength=len(codes))
+        self.sum_pp = np.bincount(
+            inv, weights=np.concatenate([self.sum_pp, pp]), minlength=len(codes)
+        )
+        self.sum_pp2 = np.bincount(
+            inv, weights=np.concatenate([self.sum_pp2, pp * pp]), minlength=len(codes)
+        )
         self.cells = codes
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -192,7 +207,9 @@ def net_wins(diff: np.ndarray) -> np.ndarray:
     ``diff[i, r] = q_r . k1_i - q_r . k2_i``; a tie (exactly 0) counts for neither side, i.e. 1/2
     to each in the share below.
     """
-    return (np.count_nonzero(diff > 0, axis=1) - np.count_nonzero(diff < 0, axis=1)).astype(np.float64)
+    return (np.count_nonzero(diff > 0, axis=1) - np.count_nonzero(diff < 0, axis=1)).astype(
+        np.float64
+    )
 
 
 def empirical_pair_plasticity(wins: np.ndarray, n_queries: int) -> np.ndarray:
@@ -299,7 +316,9 @@ def _pair_blocks(groups: list[tuple[int, int, int]], gram_block: int = GRAM_BLOC
                 yield off + c0 * size, n_b, size, r0, r1, aa, bb
 
 
-def _pair_ends(x: np.ndarray, g: int, a1: np.ndarray, a2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair_ends(
+    x: np.ndarray, g: int, a1: np.ndarray, a2: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-key values ``x`` (n_b * g,) of consecutive examples of ``g`` keys each, at the two
     keys of every pair ``(a1[p], a2[p])`` of every example: two (n_b * P,) arrays, example-major
     (the order of the block's Gram entries)."""
@@ -370,7 +389,9 @@ def exhaustive_bucket(
     else:
         left, right = (K * S if S.ndim == 1 else K @ S), K
     gdiag = np.einsum("ij,ij->i", left, right)
-    heat = HeatmapAccumulator(model.tau, float(bucket_width), float(pos.min()), float(pos.max()), heat_dense_max)
+    heat = HeatmapAccumulator(
+        model.tau, float(bucket_width), float(pos.min()), float(pos.max()), heat_dense_max
+    )
     s_pp = s_pp2 = s_z = 0.0
     emp = None
     if queries is not None and keys_raw is not None and len(queries) >= 2:
@@ -408,8 +429,15 @@ def exhaustive_bucket(
         se = 0.0
     else:
         se = math.sqrt(max(s_pp2 / total - ap * ap, 0.0) / num_pairs)
-    return BucketEstimate(total, ap, se, s_z / total, True, heat,
-                          emp.exhaustive(num_pairs) if emp is not None else None)
+    return BucketEstimate(
+        total,
+        ap,
+        se,
+        s_z / total,
+        True,
+        heat,
+        emp.exhaustive(num_pairs) if emp is not None else None,
+    )
 
 
 def sampled_bucket(
@@ -442,9 +470,18 @@ def sampled_bucket(
     total = int(admissible_pair_counts(counts).sum())
     if total <= num_pairs:
         return exhaustive_bucket(
-            keys_rot, key_pos, counts, model,
-            bucket_width=bucket_width, num_pairs=num_pairs, var_floor=var_floor, rows=elig,
-            queries=queries, keys_raw=keys_raw, gram_block=gram_block, heat_dense_max=heat_dense_max,
+            keys_rot,
+            key_pos,
+            counts,
+            model,
+            bucket_width=bucket_width,
+            num_pairs=num_pairs,
+            var_floor=var_floor,
+            rows=elig,
+            queries=queries,
+            keys_raw=keys_raw,
+            gram_block=gram_block,
+            heat_dense_max=heat_dense_max,
         )
     i1, i2 = sample_pairs(rng, counts, num_pairs)
     i1, i2 = elig[i1], elig[i2]
@@ -455,10 +492,18 @@ def sampled_bucket(
     np.take(keys_rot, i1, axis=0, out=delta)
     np.subtract(delta, np.take(keys_rot, i2, axis=0, out=tmp), out=delta)
     pp, z = pair_plasticity(
-        delta, model.w, model.sigma2_pos, model.cov, var_floor, chol=model.chol, overwrite_delta=True
+        delta,
+        model.w,
+        model.sigma2_pos,
+        model.cov,
+        var_floor,
+        chol=model.chol,
+        overwrite_delta=True,
     )
     epos = key_pos[elig]
-    heat = HeatmapAccumulator(model.tau, float(bucket_width), float(epos.min()), float(epos.max()), heat_dense_max)
+    heat = HeatmapAccumulator(
+        model.tau, float(bucket_width), float(epos.min()), float(epos.max()), heat_dense_max
+    )
     heat.add(key_pos[i1], key_pos[i2], pp)
     se = _sample_se(pp)
     emp = None
@@ -467,11 +512,11 @@ def sampled_bucket(
         wins = np.empty(len(i1))
         step = max(1, _EMP_CHUNK // len(Qe))
         for c0 in range(0, len(i1), step):
-            delta = np.take(keys_raw, i1[c0:c0 + step], axis=0).astype(np.float64)
-            delta -= np.take(keys_raw, i2[c0:c0 + step], axis=0)  # exact for float32 keys
-            wins[c0:c0 + step] = net_wins(delta @ Qe.T)
+            delta = np.take(keys_raw, i1[c0 : c0 + step], axis=0).astype(np.float64)
+            delta -= np.take(keys_raw, i2[c0 : c0 + step], axis=0)  # exact for float32 keys
+            wins[c0 : c0 + step] = net_wins(delta @ Qe.T)
         pp_e = empirical_pair_plasticity(wins, len(Qe))
         emp = EmpiricalEstimate(float(pp_e.mean()), _sample_se(pp_e), _sample_se(pp - pp_e))
-    return BucketEstimate(num_pairs, float(pp.mean()), se, float(np.abs(z).mean()), False, heat, emp)
-
-
+    return BucketEstimate(
+        num_pairs, float(pp.mean()), se, float(np.abs(z).mean()), False, heat, emp
+    )

@@ -45,7 +45,9 @@ def register(analysis: Analysis, *, replace: bool = False) -> Analysis:
     analysis.check()
     if analysis.name in _REGISTRY and not replace:
         raise ValueError(f"analysis {analysis.name!r} is already registered")
-    taken = {t: a.name for a in _REGISTRY.values() if a.name != analysis.name for t in a.table_names}
+    taken = {
+        t: a.name for a in _REGISTRY.values() if a.name != analysis.name for t in a.table_names
+    }
     clash = [t for t in analysis.table_names if t in taken]
     if clash:
         raise ValueError(f"analysis {analysis.name}: table(s) {clash} belong to {taken[clash[0]]}")

@@ -60,18 +60,27 @@ class RopeParameters:
 
     def frequencies(self) -> tuple[np.ndarray, float]:
         """(inv_freq (d_rot // 2,) float64 radians per token, attention scaling)."""
-        return inv_freq(self.rope_type, self.theta, self.rotary_dim, self.scaling,
-                        max_position_embeddings=self.max_position_embeddings)
+        return inv_freq(
+            self.rope_type,
+            self.theta,
+            self.rotary_dim,
+            self.scaling,
+            max_position_embeddings=self.max_position_embeddings,
+        )
 
 
 def rotary_dim(head_dim: int, partial_rotary_factor: float = 1.0) -> int:
     """d_rot = int(head_dim * partial_rotary_factor) (truncated, like transformers); must be even."""
     if not 0 < partial_rotary_factor <= 1:
-        raise RopeParameterError(f"partial_rotary_factor must be in (0, 1], not {partial_rotary_factor}")
+        raise RopeParameterError(
+            f"partial_rotary_factor must be in (0, 1], not {partial_rotary_factor}"
+        )
     d_rot = int(head_dim * partial_rotary_factor)
     if d_rot % 2:
-        raise RopeParameterError(f"rotated width {d_rot} (head_dim {head_dim} x partial_rotary_factor "
-                                 f"{partial_rotary_factor}) is odd; a plane needs two dims")
+        raise RopeParameterError(
+            f"rotated width {d_rot} (head_dim {head_dim} x partial_rotary_factor "
+            f"{partial_rotary_factor}) is odd; a plane needs two dims"
+        )
     return d_rot
 
 
@@ -82,7 +91,9 @@ def _need(scaling: Mapping[str, Any], name: str, rope_type: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise RopeParameterError(f"rope type {rope_type!r}: {name!r} is not a number ({value!r})") from None
+        raise RopeParameterError(
+            f"rope type {rope_type!r}: {name!r} is not a number ({value!r})"
+        ) from None
 
 
 def default_inv_freq(theta: float, d_rot: int) -> np.ndarray:
@@ -93,8 +104,14 @@ def default_inv_freq(theta: float, d_rot: int) -> np.ndarray:
     return 1.0 / (float(theta) ** (i / d_rot))
 
 
-def inv_freq(rope_type: str, theta: float, d_rot: int, scaling: Mapping[str, Any] | None = None, *,
-             max_position_embeddings: int | None = None) -> tuple[np.ndarray, float]:
+def inv_freq(
+    rope_type: str,
+    theta: float,
+    d_rot: int,
+    scaling: Mapping[str, Any] | None = None,
+    *,
+    max_position_embeddings: int | None = None,
+) -> tuple[np.ndarray, float]:
     """(inv_freq, attention_scaling) of a rope type.
 
     inv_freq : (d_rot // 2,) float64, radians per token, plane i first
@@ -128,19 +145,28 @@ def inv_freq(rope_type: str, theta: float, d_rot: int, scaling: Mapping[str, Any
         return out, 1.0
     if rope_type == "yarn":
         return _yarn(base, float(theta), d_rot, scaling, max_position_embeddings)
-    raise RopeParameterError(f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    raise RopeParameterError(
+        f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)})"
+    )
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _yarn(base: np.ndarray, theta: float, d_rot: int, scaling: Mapping[str, Any],
-          max_position_embeddings: int | None) -> tuple[np.ndarray, float]:
+def _yarn(
+    base: np.ndarray,
+    theta: float,
+    d_rot: int,
+    scaling: Mapping[str, Any],
+    max_position_embeddings: int | None,
+) -> tuple[np.ndarray, float]:
     original = _need(scaling, "original_max_position_embeddings", "yarn")
     if scaling.get("factor") is None:  # DeepSeek-V3 style: the ratio of the two contexts
         if not max_position_embeddings:
-            raise RopeParameterError("rope type 'yarn' needs 'factor' (or max_position_embeddings), which is missing")
+            raise RopeParameterError(
+                "rope type 'yarn' needs 'factor' (or max_position_embeddings), which is missing"
+            )
         factor = max_position_embeddings / original
     else:
         factor = _need(scaling, "factor", "yarn")
@@ -148,13 +174,17 @@ def _yarn(base: np.ndarray, theta: float, d_rot: int, scaling: Mapping[str, Any]
     if attention is None:
         mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
         if mscale and mscale_all:
-            attention = _yarn_mscale(factor, float(mscale)) / _yarn_mscale(factor, float(mscale_all))
+            attention = _yarn_mscale(factor, float(mscale)) / _yarn_mscale(
+                factor, float(mscale_all)
+            )
         else:
             attention = _yarn_mscale(factor)
     beta_fast = float(scaling.get("beta_fast") or 32)
     beta_slow = float(scaling.get("beta_slow") or 1)
 
-    def correction_dim(turns: float) -> float:  # the (fractional) plane that turns `turns` times in `original`
+    def correction_dim(
+        turns: float,
+    ) -> float:  # the (fractional) plane that turns `turns` times in `original`
         return d_rot * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(theta))
 
     low, high = correction_dim(beta_fast), correction_dim(beta_slow)
@@ -211,8 +241,14 @@ def plane_dims(plane: int, d_rot: int, layout: str = "half") -> tuple[int, int]:
     raise RopeParameterError(f"rope layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
 
 
-def planes(head_dim: int, frequencies: Sequence[float] | np.ndarray | None, *, bucket_size: int,
-           context_length: int, layout: str = "half") -> list[Plane]:
+def planes(
+    head_dim: int,
+    frequencies: Sequence[float] | np.ndarray | None,
+    *,
+    bucket_size: int,
+    context_length: int,
+    layout: str = "half",
+) -> list[Plane]:
     """The planes of a head of width ``head_dim``.
 
     frequencies : inv_freq (d_rot // 2,) of the rotated planes, or None for a NoPE layer (every
@@ -225,7 +261,9 @@ def planes(head_dim: int, frequencies: Sequence[float] | np.ndarray | None, *, b
         raise RopeParameterError(f"inv_freq must be a vector, not shape {freqs.shape}")
     d_rot = 2 * freqs.size
     if d_rot > head_dim:
-        raise RopeParameterError(f"{freqs.size} rotated planes need {d_rot} dims; the head has {head_dim}")
+        raise RopeParameterError(
+            f"{freqs.size} rotated planes need {d_rot} dims; the head has {head_dim}"
+        )
     if np.any(~np.isfinite(freqs)) or np.any(freqs <= 0):
         raise RopeParameterError("inv_freq must be finite and positive")
     out: list[Plane] = []
@@ -252,33 +290,53 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _one(raw: Mapping[str, Any], cfg: Mapping[str, Any], head_dim: int, where: str) -> RopeParameters:
+def _one(
+    raw: Mapping[str, Any], cfg: Mapping[str, Any], head_dim: int, where: str
+) -> RopeParameters:
     params = dict(raw)
     rope_type = params.get("rope_type") or params.get("type") or "default"
     if rope_type == "su":  # transformers' old names
         rope_type = "longrope"
     theta = params.get("rope_theta", cfg.get("rope_theta"))
     if theta is None:
-        raise RopeParameterError(f"{where}: no rope_theta (neither in rope_parameters nor at the top level)")
+        raise RopeParameterError(
+            f"{where}: no rope_theta (neither in rope_parameters nor at the top level)"
+        )
     prf = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
     if prf is None and cfg.get("rotary_pct") is not None:  # GPT-NeoX spelling
         prf = cfg["rotary_pct"]
     if rope_type not in ROPE_TYPES:
-        raise RopeParameterError(f"{where}: rope type {rope_type!r} is not supported "
-                                 f"(supported: {', '.join(ROPE_TYPES)})")
-    scaling = {k: v for k, v in params.items()
-               if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")}
-    if rope_type == "yarn" and "original_max_position_embeddings" not in scaling and \
-            cfg.get("original_max_position_embeddings") is not None:
+        raise RopeParameterError(
+            f"{where}: rope type {rope_type!r} is not supported "
+            f"(supported: {', '.join(ROPE_TYPES)})"
+        )
+    scaling = {
+        k: v
+        for k, v in params.items()
+        if k not in ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+    }
+    if (
+        rope_type == "yarn"
+        and "original_max_position_embeddings" not in scaling
+        and cfg.get("original_max_position_embeddings") is not None
+    ):
         scaling["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
     mpe = cfg.get("max_position_embeddings")
-    out = RopeParameters(str(rope_type), float(theta), int(head_dim),
-                         float(prf) if prf is not None else 1.0, scaling, int(mpe) if mpe else None)
+    out = RopeParameters(
+        str(rope_type),
+        float(theta),
+        int(head_dim),
+        float(prf) if prf is not None else 1.0,
+        scaling,
+        int(mpe) if mpe else None,
+    )
     out.frequencies()  # every field the type needs is there (raises naming the missing one)
     return out
 
 
-def parameters_from_config(config: Mapping[str, Any], *, where: str = "config.json") -> dict[str, RopeParameters]:
+def parameters_from_config(
+    config: Mapping[str, Any], *, where: str = "config.json"
+) -> dict[str, RopeParameters]:
     """The rope parameters of a model config (config.json as a dict), per layer type.
 
     Reads ``rope_parameters`` (transformers 5: one mapping, or one per layer type such as
@@ -293,12 +351,16 @@ def parameters_from_config(config: Mapping[str, Any], *, where: str = "config.js
     if not head_dim:
         hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
         if not hidden or not heads:
-            raise RopeParameterError(f"{where}: no head_dim (nor hidden_size and num_attention_heads)")
+            raise RopeParameterError(
+                f"{where}: no head_dim (nor hidden_size and num_attention_heads)"
+            )
         head_dim = int(hidden) // int(heads)
     raw = cfg.get("rope_parameters")
     if isinstance(raw, Mapping) and raw and all(isinstance(v, Mapping) for v in raw.values()):
-        return {str(kind): _one(p, cfg, int(head_dim), f"{where} rope_parameters[{kind!r}]")
-                for kind, p in raw.items()}
+        return {
+            str(kind): _one(p, cfg, int(head_dim), f"{where} rope_parameters[{kind!r}]")
+            for kind, p in raw.items()
+        }
     if not isinstance(raw, Mapping) or not raw:
         raw = dict(cfg.get("rope_scaling") or {})
     return {"all": _one(raw, cfg, int(head_dim), where)}
@@ -307,7 +369,11 @@ def parameters_from_config(config: Mapping[str, Any], *, where: str = "config.js
 def layer_types_from_config(config: Mapping[str, Any]) -> list[str] | None:
     """``layer_types`` of a config (one attention type per layer), or None."""
     kinds = _text_config(config).get("layer_types")
-    return [str(k) for k in kinds] if isinstance(kinds, Sequence) and not isinstance(kinds, str) else None
+    return (
+        [str(k) for k in kinds]
+        if isinstance(kinds, Sequence) and not isinstance(kinds, str)
+        else None
+    )
 
 
 def nope_layers_from_config(config: Mapping[str, Any]) -> list[int]:

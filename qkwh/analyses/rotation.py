@@ -49,14 +49,42 @@ from qkwh.analyses.types import AnalysisResult, HeadData
 __all__ = ["analyse", "delta_second_moment", "nearest_pairs", "HEAD_FLOAT_COLUMNS", "PAIR_COLUMNS"]
 
 HEAD_FLOAT_COLUMNS: tuple[str, ...] = (
-    "position_r", "r_q_a", "r_k_a", "alpha_q", "alpha_k", "intercept_q_a", "intercept_k_a",
-    "mu_q_a", "mu_k_a", "mu_q_b", "mu_k_b", "bias_strength", "bias_strength_ctx", "slope_ratio_kq",
-    "separation_strength", "var_frac_a", "var_frac_b", "plane_var_fraction", "content_var_b",
-    "content_var_b_frac", "residual_pos_r", "omega", "omega_r_squared", "active_var_frac", "cos_b_bc",
+    "position_r",
+    "r_q_a",
+    "r_k_a",
+    "alpha_q",
+    "alpha_k",
+    "intercept_q_a",
+    "intercept_k_a",
+    "mu_q_a",
+    "mu_k_a",
+    "mu_q_b",
+    "mu_k_b",
+    "bias_strength",
+    "bias_strength_ctx",
+    "slope_ratio_kq",
+    "separation_strength",
+    "var_frac_a",
+    "var_frac_b",
+    "plane_var_fraction",
+    "content_var_b",
+    "content_var_b_frac",
+    "residual_pos_r",
+    "omega",
+    "omega_r_squared",
+    "active_var_frac",
+    "cos_b_bc",
 )
 PAIR_COLUMNS: tuple[str, ...] = (
-    "pair", "sv_var_share", "angle_r", "angle_r_circ", "omega_pair", "angle_r_circ_pm",
-    "omega_pair_pm", "qk_acc", "active",
+    "pair",
+    "sv_var_share",
+    "angle_r",
+    "angle_r_circ",
+    "omega_pair",
+    "angle_r_circ_pm",
+    "omega_pair_pm",
+    "qk_acc",
+    "active",
 )
 
 #: ‖c‖ (c = Cov(X, τ), 1/N normalisation) below this is "no drift axis"
@@ -86,7 +114,7 @@ def nearest_pairs(
     qp = np.asarray(q_pos, dtype=np.int64)
     kp = np.asarray(k_pos, dtype=np.int64)
     _, inv = np.unique(np.concatenate([q_ex, k_ex]), return_inverse=True)
-    qe, ke = inv[: q_ex.size], inv[q_ex.size:]
+    qe, ke = inv[: q_ex.size], inv[q_ex.size :]
     lo_pos = min(int(qp.min()), int(kp.min()))
     span = 3 * (max(int(qp.max()), int(kp.max())) - lo_pos + 1)  # keeps examples apart
     kkey = ke * span + (kp - lo_pos)
@@ -128,10 +156,14 @@ def delta_second_moment(head: HeadData, mom: stats.HeadMoments, pairing: str) ->
     elif pairing == "same_example_nearest":
         qi, ki = nearest_pairs(head.q_example, head.q_pos, head.k_example, head.k_pos)
         if qi.size == 0:
-            raise ValueError("pairing 'same_example_nearest': no query row shares an example with a key row")
+            raise ValueError(
+                "pairing 'same_example_nearest': no query row shares an example with a key row"
+            )
         delta = mom.qc[_q_rows(mom, qi)] - mom.kc[ki] + dm
     else:
-        raise ValueError(f"unknown pairing {pairing!r}; expected independent, same_example_nearest or row_order")
+        raise ValueError(
+            f"unknown pairing {pairing!r}; expected independent, same_example_nearest or row_order"
+        )
     return (delta.T @ delta) / delta.shape[0]
 
 
@@ -180,8 +212,9 @@ def _omega_fit(fy: np.ndarray, f1: np.ndarray, f2: np.ndarray, n: int, syy: floa
     return np.where(ok, np.clip(r2, 0.0, 1.0), np.nan)
 
 
-def _complement(mom: stats.HeadMoments, a: np.ndarray, b: np.ndarray, scatter: np.ndarray,
-                n: int) -> tuple[np.ndarray, np.ndarray]:
+def _complement(
+    mom: stats.HeadMoments, a: np.ndarray, b: np.ndarray, scatter: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Variances λ_j (descending) and directions w_j (d, r) of the centred complement of {a, b}.
 
     Eigen-decomposition of the complement covariance inside an exact orthonormal basis of
@@ -207,8 +240,13 @@ def _empty_pairs() -> dict[str, np.ndarray]:
     return out
 
 
-def _head_row(mom: stats.HeadMoments, params: RotationParams, degenerate: bool, n_active: int,
-              values: dict[str, float]) -> dict[str, np.ndarray]:
+def _head_row(
+    mom: stats.HeadMoments,
+    params: RotationParams,
+    degenerate: bool,
+    n_active: int,
+    values: dict[str, float],
+) -> dict[str, np.ndarray]:
     row: dict[str, np.ndarray] = {
         "n_q": np.array([mom.n_q], dtype=np.int64),
         "n_k": np.array([mom.n_k], dtype=np.int64),
@@ -227,7 +265,10 @@ def _degenerate(mom: stats.HeadMoments, params: RotationParams) -> AnalysisResul
     res = AnalysisResult()
     res.add("rotation_heads", _head_row(mom, params, True, 0, {}))
     res.add("rotation_pairs", _empty_pairs())
-    res.add("rotation_axes", {"axis": np.empty(0, dtype=object), "vec": np.empty((0, mom.d), dtype=np.float64)})
+    res.add(
+        "rotation_axes",
+        {"axis": np.empty(0, dtype=object), "vec": np.empty((0, mom.d), dtype=np.float64)},
+    )
     return res
 
 
@@ -235,7 +276,10 @@ def _degenerate(mom: stats.HeadMoments, params: RotationParams) -> AnalysisResul
 # the analysis
 # ---------------------------------------------------------------------------------------------
 def analyse(
-    head: HeadData, params: RotationParams = RotationParams(), *, moments: stats.HeadMoments | None = None
+    head: HeadData,
+    params: RotationParams = RotationParams(),
+    *,
+    moments: stats.HeadMoments | None = None,
 ) -> AnalysisResult:
     """Planar rotation analysis of one head (docs/metrics/rotation.md).
 
@@ -260,7 +304,9 @@ def analyse(
     pooled moments (algebraically identical to correlating the projected rows; ~1e-16).
     """
     if head.q.ndim == 2 and head.q.shape[1] < 3:
-        raise ValueError(f"rotation analysis needs d >= 3 (axes a, b and a complement); got d={head.q.shape[1]}")
+        raise ValueError(
+            f"rotation analysis needs d >= 3 (axes a, b and a complement); got d={head.q.shape[1]}"
+        )
     if params.b_mode not in ("eig", "centroid"):
         raise ValueError(f"b_mode must be 'eig' or 'centroid'; got {params.b_mode!r}")
     if params.pairing not in ("independent", "same_example_nearest", "row_order"):
@@ -294,7 +340,9 @@ def analyse(
     b_eig = _orient_towards(_top_eigvec_in_complement(c_delta, basis_a), dm)
     pdm = dm - a * float(a @ dm)
     pdm_norm = float(np.linalg.norm(pdm))
-    if pdm_norm <= 1e-10 * float(np.linalg.norm(dm)) or bool(stats.is_zero_variance(float(dm @ dm), mom.msq)):
+    if pdm_norm <= 1e-10 * float(np.linalg.norm(dm)) or bool(
+        stats.is_zero_variance(float(dm @ dm), mom.msq)
+    ):
         b_cen = np.full(d, np.nan)
     else:
         b_cen = pdm / pdm_norm
@@ -330,7 +378,9 @@ def analyse(
     bias = mu_q_a * alpha_k
     var_a = float(a @ scatter @ a)
     var_b = float(b @ scatter @ b)
-    content_var_b = 0.5 * (float(b @ mom.scatter_q @ b) / (mom.n_q - 1) + float(b @ mom.scatter_k @ b) / (mom.n_k - 1))
+    content_var_b = 0.5 * (
+        float(b @ mom.scatter_q @ b) / (mom.n_q - 1) + float(b @ mom.scatter_k @ b) / (mom.n_k - 1)
+    )
     total_var = tr_s / (n - 1)
 
     tau_ms = float(tau @ tau) / n
@@ -338,7 +388,13 @@ def analyse(
         float(b @ c), var_b, stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n, if_constant=0.0
     )
     r_w = stats.pearson_from_moments(
-        w.T @ c, lam * (n - 1), stau, x_mean_square=mom.msq, y_mean_square=tau_ms, n=n, if_constant=0.0
+        w.T @ c,
+        lam * (n - 1),
+        stau,
+        x_mean_square=mom.msq,
+        y_mean_square=tau_ms,
+        n=n,
+        if_constant=0.0,
     )
     residual_pos_r = float(np.max(np.abs(np.concatenate([np.atleast_1d(r_b), r_w]))))
 
@@ -400,8 +456,13 @@ def analyse(
         wp = w[:, : 2 * n_pairs]
         within = wp.T @ (mom.scatter_q + mom.scatter_k) @ wp / n
         s_w = np.stack(
-            [within[0::2, 0::2].diagonal(), within[0::2, 1::2].diagonal(),
-             within[1::2, 0::2].diagonal(), within[1::2, 1::2].diagonal()], axis=1
+            [
+                within[0::2, 0::2].diagonal(),
+                within[0::2, 1::2].diagonal(),
+                within[1::2, 0::2].diagonal(),
+                within[1::2, 1::2].diagonal(),
+            ],
+            axis=1,
         ).reshape(n_pairs, 2, 2)
         m_q = ((mom.mu_q - xbar) @ wp).reshape(n_pairs, 2)
         m_k = ((mom.mu_k - xbar) @ wp).reshape(n_pairs, 2)
@@ -442,7 +503,9 @@ def analyse(
         "mu_k_b": mu_k_b,
         "bias_strength": bias,
         "bias_strength_ctx": bias * float(head.context_length),
-        "slope_ratio_kq": abs(alpha_k) / abs(alpha_q) if alpha_q != 0 and np.isfinite(alpha_q) else np.nan,
+        "slope_ratio_kq": abs(alpha_k) / abs(alpha_q)
+        if alpha_q != 0 and np.isfinite(alpha_q)
+        else np.nan,
         "separation_strength": float(b @ c_delta @ b) / float(np.trace(c_delta)),
         "var_frac_a": var_a / tr_s,
         "var_frac_b": var_b / tr_s,
@@ -461,14 +524,19 @@ def analyse(
     # axes for the report's projections plus what a collage of the complement pairs needs:
     # the pooled mean and the SVD directions w_j (pair i = w_{2i}, w_{2i+1}; score = (x - mean)·w)
     w_names = [f"w{j}" for j in range(2 * n_pairs)]
-    res.add("rotation_axes", {
-        "axis": np.array(["a", "b", "b_centroid", "mean", *w_names], dtype=object),
-        "vec": np.vstack([a, b_eig, b_cen, xbar, w[:, : 2 * n_pairs].T]),
-    })
+    res.add(
+        "rotation_axes",
+        {
+            "axis": np.array(["a", "b", "b_centroid", "mean", *w_names], dtype=object),
+            "vec": np.vstack([a, b_eig, b_cen, xbar, w[:, : 2 * n_pairs].T]),
+        },
+    )
     return res
 
 
-def run(head: HeadData, params: RotationParams, *, seed: int, shared: Mapping[str, Any]) -> AnalysisResult:
+def run(
+    head: HeadData, params: RotationParams, *, seed: int, shared: Mapping[str, Any]
+) -> AnalysisResult:
     """The registered function (``qkwh.analyses.declared.rotation``): :func:`analyse` with the shared
     per-head precomputations."""
     return analyse(head, params, moments=shared.get("moments"))

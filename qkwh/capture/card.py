@@ -32,23 +32,32 @@ def render_card(
     k_files = [f for f in files if f.kind == "k"]
     strategy = metadata.get("sampling_strategy")
     if strategy == "log_uniform":
-        bucket_rule = (f"`log_uniform`: bucket = max(P, floor(log2(position + 1))), P = log2 of the minimum "
-                       f"bucket size {metadata.get('sampling_min_bucket_size')}; keep probability "
-                       f"min(1, base_rate / 2^bucket) with base_rate {_fmt(metadata.get('sampling_base_rate'))}")
+        bucket_rule = (
+            f"`log_uniform`: bucket = max(P, floor(log2(position + 1))), P = log2 of the minimum "
+            f"bucket size {metadata.get('sampling_min_bucket_size')}; keep probability "
+            f"min(1, base_rate / 2^bucket) with base_rate {_fmt(metadata.get('sampling_base_rate'))}"
+        )
     elif strategy == "all":
         bucket_rule = f"`all`: every position kept; bucket = floor(position / {metadata.get('sampling_bucket_size')})"
     else:
-        bucket_rule = (f"`uniform`: bucket = floor(position / {metadata.get('sampling_bucket_size')}); keep "
-                       f"probability {_fmt(metadata.get('sampling_keep_probability'))} per position "
-                       f"(base_rate {_fmt(metadata.get('sampling_base_rate'))})")
+        bucket_rule = (
+            f"`uniform`: bucket = floor(position / {metadata.get('sampling_bucket_size')}); keep "
+            f"probability {_fmt(metadata.get('sampling_keep_probability'))} per position "
+            f"(base_rate {_fmt(metadata.get('sampling_base_rate'))})"
+        )
     sliding = sorted(set(skipped_sliding_layers))
     if metadata.get("head_sampling_full_attention_only"):
-        window_note = ("Sliding-window layers are not captured (full attention only)"
-                       + (f"; skipped layers: {', '.join(map(str, sliding))}." if sliding else "; the model has none."))
+        window_note = "Sliding-window layers are not captured (full attention only)" + (
+            f"; skipped layers: {', '.join(map(str, sliding))}."
+            if sliding
+            else "; the model has none."
+        )
     else:
         windows = sorted({f.sliding_window for f in files if f.sliding_window is not None})
-        window_note = ("Sliding-window layers are captured; their files record the window in `sliding_window` "
-                       f"({', '.join(map(str, windows)) or 'none captured'} tokens).")
+        window_note = (
+            "Sliding-window layers are captured; their files record the window in `sliding_window` "
+            f"({', '.join(map(str, windows)) or 'none captured'} tokens)."
+        )
     lines = [
         f"# {model_name}: post-RoPE query/key capture",
         "",

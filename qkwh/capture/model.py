@@ -71,7 +71,9 @@ class ModelInfo:
             out["rope_type"] = self.rope_type
         if self.sliding_window is not None:
             out["model_sliding_window"] = self.sliding_window
-        if self.rope_frequencies is not None:  # one JSON string: the card's `key`: `value` lines stay flat
+        if (
+            self.rope_frequencies is not None
+        ):  # one JSON string: the card's `key`: `value` lines stay flat
             out["rope_frequencies"] = json.dumps(self.rope_frequencies, sort_keys=True)
         return out
 
@@ -83,7 +85,11 @@ def resolve(model: str) -> tuple[str, str, dict[str, Any]]:
     if p.is_file():
         if p.suffix.lower() != ".gguf":
             raise InputError(f"{p}: a model file must be a .gguf file (or pass the model's folder)")
-        return "gguf", p.stem, {"pretrained_model_name_or_path": str(p.resolve().parent), "gguf_file": p.name}
+        return (
+            "gguf",
+            p.stem,
+            {"pretrained_model_name_or_path": str(p.resolve().parent), "gguf_file": p.name},
+        )
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise InputError(f"{p}: not a Hugging Face model folder (no config.json inside)")
@@ -128,7 +134,9 @@ def load(model: str, *, dtype: str = "float32") -> tuple[Any, Any, ModelInfo]:
             tokenizer, lm = attempt(local_only=False)
     except (OSError, ValueError, KeyError, ImportError) as exc:
         where = "the Hugging Face cache or the Hub" if kind == "hub" else "disk"
-        raise InputError(f"{model}: cannot load the model or its tokenizer from {where} ({_first_line(exc)})") from None
+        raise InputError(
+            f"{model}: cannot load the model or its tokenizer from {where} ({_first_line(exc)})"
+        ) from None
     lm.eval()
     return lm, tokenizer, describe(lm, name=name, source=model, kind=kind, dtype=dtype)
 
@@ -140,18 +148,32 @@ def describe(lm: Any, *, name: str, source: str, kind: str, dtype: str) -> Model
     n_q = int(getattr(cfg, "num_attention_heads", 0) or 0)
     n_kv = int(getattr(cfg, "num_key_value_heads", None) or n_q)
     if not (n_layers and n_q):
-        raise InputError(f"{source}: the model config has no num_hidden_layers / num_attention_heads")
+        raise InputError(
+            f"{source}: the model config has no num_hidden_layers / num_attention_heads"
+        )
     head_dim = getattr(cfg, "head_dim", None) or int(cfg.hidden_size) // n_q
     layer_types = getattr(cfg, "layer_types", None) or []
-    sliding = frozenset(i for i, t in enumerate(layer_types[:n_layers]) if str(t) == "sliding_attention")
+    sliding = frozenset(
+        i for i, t in enumerate(layer_types[:n_layers]) if str(t) == "sliding_attention"
+    )
     window = getattr(cfg, "sliding_window", None)
     theta, rope_type = _rope(cfg)
     return ModelInfo(
-        name=name, source=source, kind=kind, model_type=str(getattr(cfg, "model_type", "")),
-        num_layers=n_layers, num_query_heads=n_q, num_key_heads=n_kv, head_dim=int(head_dim),
+        name=name,
+        source=source,
+        kind=kind,
+        model_type=str(getattr(cfg, "model_type", "")),
+        num_layers=n_layers,
+        num_query_heads=n_q,
+        num_key_heads=n_kv,
+        head_dim=int(head_dim),
         max_position_embeddings=getattr(cfg, "max_position_embeddings", None),
-        sliding_layers=sliding, sliding_window=int(window) if window and sliding else None,
-        rope_theta=theta, rope_type=rope_type, dtype=dtype, rope_frequencies=rope_record(lm, cfg),
+        sliding_layers=sliding,
+        sliding_window=int(window) if window and sliding else None,
+        rope_theta=theta,
+        rope_type=rope_type,
+        dtype=dtype,
+        rope_frequencies=rope_record(lm, cfg),
     )
 
 
@@ -176,9 +198,16 @@ def rope_record(lm: Any, cfg: Any) -> dict[str, Any] | None:
             if not bname.endswith("inv_freq") or "original" in bname:
                 continue
             kind = bname[: -len("_inv_freq")] if bname != "inv_freq" else "all"
-            scaling = getattr(module, "attention_scaling" if kind == "all" else f"{kind}_attention_scaling", 1.0)
-            by_type.setdefault(kind, {"inv_freq": [float(x) for x in buf.detach().to("cpu").double().tolist()],
-                                      "attention_scaling": float(scaling if scaling is not None else 1.0)})
+            scaling = getattr(
+                module, "attention_scaling" if kind == "all" else f"{kind}_attention_scaling", 1.0
+            )
+            by_type.setdefault(
+                kind,
+                {
+                    "inv_freq": [float(x) for x in buf.detach().to("cpu").double().tolist()],
+                    "attention_scaling": float(scaling if scaling is not None else 1.0),
+                },
+            )
             module_of_rope = module_of_rope or module
     if not by_type:
         return None
@@ -190,7 +219,9 @@ def rope_record(lm: Any, cfg: Any) -> dict[str, Any] | None:
     layer_types = getattr(cfg, "layer_types", None)
     return {
         "by_type": by_type,
-        "layer_types": [str(t) for t in layer_types] if "all" not in by_type and layer_types else None,
+        "layer_types": [str(t) for t in layer_types]
+        if "all" not in by_type and layer_types
+        else None,
         "nope_layers": nope_layers_from_config(cfg.to_dict()) if hasattr(cfg, "to_dict") else [],
         "partial_rotary_factor": float(prf) if prf is not None else 1.0,
         "layout": _rope_layout(module_of_rope),
@@ -221,7 +252,9 @@ def _rope(cfg: Any) -> tuple[float | None, str | None]:
         if getattr(cfg, "rope_theta", None) is not None:
             params.setdefault("rope_theta", cfg.rope_theta)
     theta = params.get("rope_theta")
-    rope_type = params.get("rope_type") or params.get("type") or ("default" if theta is not None else None)
+    rope_type = (
+        params.get("rope_type") or params.get("type") or ("default" if theta is not None else None)
+    )
     return (float(theta) if theta is not None else None), (str(rope_type) if rope_type else None)
 
 
@@ -239,13 +272,17 @@ def attention_hook(lm: Any, callback: AttentionCallback) -> Iterator[None]:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if not getattr(lm, "_can_set_attn_implementation", lambda: True)():
-        raise InputError(f"{lm.config.name_or_path}: this architecture does not use transformers' attention "
-                         "interface, so its attention inputs cannot be captured")
+        raise InputError(
+            f"{lm.config.name_or_path}: this architecture does not use transformers' attention "
+            "interface, so its attention inputs cannot be captured"
+        )
     original = lm.config._attn_implementation or "eager"
     if original == HOOK_NAME:
         raise RuntimeError("attention hook already active on this model")
     if original != "eager" and original not in ALL_ATTENTION_FUNCTIONS:
-        raise InputError(f"{lm.config.name_or_path}: attention implementation {original!r} cannot be hooked")
+        raise InputError(
+            f"{lm.config.name_or_path}: attention implementation {original!r} cannot be hooked"
+        )
 
     def delegate_for(module: Any) -> Callable:
         if original != "eager":
@@ -253,7 +290,9 @@ def attention_hook(lm: Any, callback: AttentionCallback) -> Iterator[None]:
         # eager attention is a function of each architecture's own modeling module
         eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
         if eager is None:
-            raise InputError(f"{lm.config.name_or_path}: no eager attention function to delegate to")
+            raise InputError(
+                f"{lm.config.name_or_path}: no eager attention function to delegate to"
+            )
         return eager
 
     def hooked(module, query, key, value, attention_mask, **kwargs):

@@ -39,15 +39,30 @@ class ExampleRows:
     stored_id: int
     tokens: int
     text_sha256: str
-    rows: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, int | None]] = field(default_factory=dict)
+    rows: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, int | None]] = field(
+        default_factory=dict
+    )
 
-    def add(self, layer: int, head: int, kind: str, position: np.ndarray, vectors: np.ndarray,
-            sliding_window: int | None) -> None:
+    def add(
+        self,
+        layer: int,
+        head: int,
+        kind: str,
+        position: np.ndarray,
+        vectors: np.ndarray,
+        sliding_window: int | None,
+    ) -> None:
         key = (int(layer), int(head), kind)
         if key in self.rows:
-            raise RuntimeError(f"{config_name(*key)} captured twice for example {self.index}: the model "
-                               "calls attention more than once per layer")
-        self.rows[key] = (np.asarray(position, dtype=np.int64), np.asarray(vectors, dtype=np.float32), sliding_window)
+            raise RuntimeError(
+                f"{config_name(*key)} captured twice for example {self.index}: the model "
+                "calls attention more than once per layer"
+            )
+        self.rows[key] = (
+            np.asarray(position, dtype=np.int64),
+            np.asarray(vectors, dtype=np.float32),
+            sliding_window,
+        )
 
 
 @dataclass(frozen=True)
@@ -71,31 +86,51 @@ def part_path(out: Path, index: int) -> Path:
     return work_dir(out) / f"part-{int(index):06d}.parquet"
 
 
-def write_part(out: Path, ex: ExampleRows, *, head_dim: int, buckets_of: Callable[[np.ndarray], np.ndarray]) -> Path:
+def write_part(
+    out: Path, ex: ExampleRows, *, head_dim: int, buckets_of: Callable[[np.ndarray], np.ndarray]
+) -> Path:
     """Write one example's part file atomically; ``buckets_of(positions) -> bucket ids``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     keys = sorted(ex.rows, key=lambda k: (k[0], k[2], k[1]))
-    info = {"index": ex.index, "example_id": ex.example_id, "tokens": ex.tokens, "text_sha256": ex.text_sha256,
-            "configs": [config_name(*k) for k in keys], "rows": [int(ex.rows[k][0].size) for k in keys]}
-    schema = pa.schema([
-        ("bucket", pa.int32()), ("example_id", pa.int32()), ("position", pa.int32()),
-        ("vector", pa.list_(pa.float32(), int(head_dim))), ("sliding_window", pa.int32()),
-    ]).with_metadata({_META_KEY: json.dumps(info).encode()})
+    info = {
+        "index": ex.index,
+        "example_id": ex.example_id,
+        "tokens": ex.tokens,
+        "text_sha256": ex.text_sha256,
+        "configs": [config_name(*k) for k in keys],
+        "rows": [int(ex.rows[k][0].size) for k in keys],
+    }
+    schema = pa.schema(
+        [
+            ("bucket", pa.int32()),
+            ("example_id", pa.int32()),
+            ("position", pa.int32()),
+            ("vector", pa.list_(pa.float32(), int(head_dim))),
+            ("sliding_window", pa.int32()),
+        ]
+    ).with_metadata({_META_KEY: json.dumps(info).encode()})
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=False) as writer:
         for key in keys:
             pos, vec, window = ex.rows[key]
             n = pos.size
-            table = pa.table({
-                "bucket": pa.array(buckets_of(pos).astype(np.int32)),
-                "example_id": pa.array(np.full(n, ex.stored_id, dtype=np.int32)),
-                "position": pa.array(pos.astype(np.int32)),
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), int(head_dim)),
-                "sliding_window": pa.array(np.full(n, window if window is not None else 0, dtype=np.int32),
-                                           mask=np.full(n, window is None)),
-            }, schema=schema)
+            table = pa.table(
+                {
+                    "bucket": pa.array(buckets_of(pos).astype(np.int32)),
+                    "example_id": pa.array(np.full(n, ex.stored_id, dtype=np.int32)),
+                    "position": pa.array(pos.astype(np.int32)),
+                    "vector": pa.FixedSizeListArray.from_arrays(
+                        pa.array(vec.reshape(-1)), int(head_dim)
+                    ),
+                    "sliding_window": pa.array(
+                        np.full(n, window if window is not None else 0, dtype=np.int32),
+                        mask=np.full(n, window is None),
+                    ),
+                },
+                schema=schema,
+            )
             writer.write_table(table, row_group_size=max(n, 1))
     path = part_path(out, ex.index)
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
@@ -107,8 +142,15 @@ def read_part_info(path: Path) -> PartInfo:
 
     meta = pq.read_schema(path).metadata or {}
     info = json.loads(meta[_META_KEY])
-    return PartInfo(Path(path), int(info["index"]), int(info["example_id"]), int(info["tokens"]),
-                    str(info["text_sha256"]), tuple(info["configs"]), tuple(int(r) for r in info["rows"]))
+    return PartInfo(
+        Path(path),
+        int(info["index"]),
+        int(info["example_id"]),
+        int(info["tokens"]),
+        str(info["text_sha256"]),
+        tuple(info["configs"]),
+        tuple(int(r) for r in info["rows"]),
+    )
 
 
 def finished_parts(out: Path) -> dict[int, PartInfo]:
@@ -134,8 +176,9 @@ class FinalFile:
     sliding_window: int | None
 
 
-def finalise(out: Path, parts: Iterable[PartInfo], *, head_dim: int,
-             memory_budget: int = 256 * 2**20) -> tuple[list[FinalFile], dict[int, int]]:
+def finalise(
+    out: Path, parts: Iterable[PartInfo], *, head_dim: int, memory_budget: int = 256 * 2**20
+) -> tuple[list[FinalFile], dict[int, int]]:
     """Write every config file from the part files; return the files and the bucket counts.
 
     Configs are assembled in batches whose rows fit ``memory_budget`` bytes (a config larger than
@@ -180,13 +223,20 @@ def finalise(out: Path, parts: Iterable[PartInfo], *, head_dim: int,
             layer, head, kind = int(name[1:3]), int(name[4:6]), name[6]
             windows = set(table.column("sliding_window").to_pylist())
             if len(windows) != 1:
-                raise RuntimeError(f"{name}: inconsistent sliding windows {sorted(windows, key=str)} across examples")
+                raise RuntimeError(
+                    f"{name}: inconsistent sliding windows {sorted(windows, key=str)} across examples"
+                )
             window = windows.pop()
             bucket = table.column("bucket").to_numpy()
             vec = table.column("vector").combine_chunks().values.to_numpy().reshape(-1, head_dim)
-            write_vectors_file(data_path(out, layer, head, kind), position=table.column("position").to_numpy(),
-                               example_id=table.column("example_id").to_numpy(), bucket=bucket,
-                               vectors=vec, sliding_window=window)
+            write_vectors_file(
+                data_path(out, layer, head, kind),
+                position=table.column("position").to_numpy(),
+                example_id=table.column("example_id").to_numpy(),
+                bucket=bucket,
+                vectors=vec,
+                sliding_window=window,
+            )
             ids, counts = np.unique(bucket, return_counts=True)
             for b, c in zip(ids.tolist(), counts.tolist()):
                 buckets[int(b)] += int(c)

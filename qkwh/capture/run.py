@@ -39,7 +39,9 @@ from qkwh.errors import InputError, MissingExtraError
 from qkwh.sniffed.writer import atomic_write_bytes, write_saver_state
 
 SETTINGS_FILE = "_capture_settings.json"
-DEFAULT_BUCKETS = 16  # buckets per context when --bucket-size is not given (the public protocol's count)
+DEFAULT_BUCKETS = (
+    16  # buckets per context when --bucket-size is not given (the public protocol's count)
+)
 
 
 @dataclass(frozen=True)
@@ -73,9 +75,17 @@ class CaptureSettings:
 
     def normalised(self) -> CaptureSettings:
         """Local paths made absolute, so the same capture is recognised from any directory."""
+
         def norm(s: str) -> str:
-            return s if s.startswith(HUB_PREFIX) or not Path(s).expanduser().exists() else str(Path(s).expanduser().resolve())
-        return dataclasses.replace(self, model=norm(self.model), texts=tuple(norm(t) for t in self.texts))
+            return (
+                s
+                if s.startswith(HUB_PREFIX) or not Path(s).expanduser().exists()
+                else str(Path(s).expanduser().resolve())
+            )
+
+        return dataclasses.replace(
+            self, model=norm(self.model), texts=tuple(norm(t) for t in self.texts)
+        )
 
     def check(self) -> None:
         """Cheap checks before anything is loaded; raises InputError."""
@@ -112,8 +122,10 @@ class CaptureReport:
         if self.status == "unchanged":
             return f"{self.out}: capture already complete with these settings; nothing to do"
         resumed = f" ({self.n_resumed} done before the interruption)" if self.n_resumed else ""
-        return (f"{self.out}: {self.n_examples} examples{resumed}, {self.total_tokens:,} tokens -> "
-                f"{self.n_files} files, {self.n_rows:,} rows")
+        return (
+            f"{self.out}: {self.n_examples} examples{resumed}, {self.total_tokens:,} tokens -> "
+            f"{self.n_files} files, {self.n_rows:,} rows"
+        )
 
 
 @dataclass(frozen=True)
@@ -125,9 +137,12 @@ class Plan:
     selection: HeadSelection
 
     def as_dict(self) -> dict[str, Any]:
-        return {"max_length": self.max_length, "sampler": dataclasses.asdict(self.spec),
-                "query_heads": {str(k): list(v) for k, v in self.selection.query_heads.items()},
-                "key_heads": {str(k): list(v) for k, v in self.selection.key_heads.items()}}
+        return {
+            "max_length": self.max_length,
+            "sampler": dataclasses.asdict(self.spec),
+            "query_heads": {str(k): list(v) for k, v in self.selection.query_heads.items()},
+            "key_heads": {str(k): list(v) for k, v in self.selection.key_heads.items()},
+        }
 
 
 def _settings_json(settings: CaptureSettings) -> dict[str, Any]:
@@ -135,7 +150,9 @@ def _settings_json(settings: CaptureSettings) -> dict[str, Any]:
 
 
 def _fingerprint(settings: CaptureSettings) -> str:
-    return hashlib.sha256(json.dumps(_settings_json(settings), sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(
+        json.dumps(_settings_json(settings), sort_keys=True).encode()
+    ).hexdigest()[:32]
 
 
 def _check_out(out: Path, settings: CaptureSettings) -> str:
@@ -154,10 +171,16 @@ def _check_out(out: Path, settings: CaptureSettings) -> str:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise InputError(f"{path}: not valid JSON; remove {out} to start over") from None
             if old.get("fingerprint") != fp:
-                diff = [k for k, v in _settings_json(settings)["settings"].items()
-                        if (old.get("settings") or {}).get(k) != (list(v) if isinstance(v, tuple) else v)]
-                raise InputError(f"{out}: holds a capture made with other settings ({', '.join(diff) or 'unknown'} "
-                                 "differ); choose another --out or remove it")
+                diff = [
+                    k
+                    for k, v in _settings_json(settings)["settings"].items()
+                    if (old.get("settings") or {}).get(k)
+                    != (list(v) if isinstance(v, tuple) else v)
+                ]
+                raise InputError(
+                    f"{out}: holds a capture made with other settings ({', '.join(diff) or 'unknown'} "
+                    "differ); choose another --out or remove it"
+                )
             return state
     if any(p for p in out.iterdir() if p != P.work_dir(out) or any(p.iterdir())):
         raise InputError(f"{out}: folder is not empty and holds no capture; choose another --out")
@@ -168,17 +191,27 @@ def plan(settings: CaptureSettings, info: Any) -> Plan:
     """Resolve max length, bucket size and heads against the model (InputError when impossible)."""
     max_length = settings.max_length or info.max_position_embeddings
     if not max_length:
-        raise InputError(f"{settings.model}: the model config has no max_position_embeddings; pass --max-length")
+        raise InputError(
+            f"{settings.model}: the model config has no max_position_embeddings; pass --max-length"
+        )
     max_length = int(max_length)
     bucket = settings.bucket_size or max(1, max_length // DEFAULT_BUCKETS)
     if settings.sampler != "log_uniform" and max_length % bucket:
-        raise InputError(f"--bucket-size {bucket} does not divide --max-length {max_length}: "
-                         f"{settings.sampler} buckets must tile the context")
+        raise InputError(
+            f"--bucket-size {bucket} does not divide --max-length {max_length}: "
+            f"{settings.sampler} buckets must tile the context"
+        )
     spec = SamplerSpec(settings.sampler, bucket, settings.base_rate)
     try:
-        selection = select_heads(num_layers=info.num_layers, num_query_heads=info.num_query_heads,
-                                 num_key_heads=info.num_key_heads, count=settings.heads, seed=settings.head_seed,
-                                 sliding_layers=info.sliding_layers, full_attention_only=not settings.include_sliding)
+        selection = select_heads(
+            num_layers=info.num_layers,
+            num_query_heads=info.num_query_heads,
+            num_key_heads=info.num_key_heads,
+            count=settings.heads,
+            seed=settings.head_seed,
+            sliding_layers=info.sliding_layers,
+            full_attention_only=not settings.include_sliding,
+        )
     except ValueError as exc:
         raise InputError(f"{settings.model}: {exc}") from None
     return Plan(max_length, spec, selection)
@@ -205,15 +238,31 @@ class _Collector:
             self.skipped_sliding.add(layer)
             return
         if query.shape[0] != 1:
-            raise RuntimeError(f"capture runs one example at a time; attention got a batch of {query.shape[0]}")
+            raise RuntimeError(
+                f"capture runs one example at a time; attention got a batch of {query.shape[0]}"
+            )
         seq_len = int(query.shape[-2])
-        for kind, heads, tensor in (("q", sel.query_heads[layer], query), ("k", sel.key_heads[layer], key)):
-            keep = np.flatnonzero(keep_mask(self.plan.spec, example_id=ex.example_id, layer=layer, kind=kind,
-                                            seq_len=seq_len))
+        for kind, heads, tensor in (
+            ("q", sel.query_heads[layer], query),
+            ("k", sel.key_heads[layer], key),
+        ):
+            keep = np.flatnonzero(
+                keep_mask(
+                    self.plan.spec,
+                    example_id=ex.example_id,
+                    layer=layer,
+                    kind=kind,
+                    seq_len=seq_len,
+                )
+            )
             if keep.size == 0:
                 continue
             idx = torch.from_numpy(keep).to(tensor.device)
-            rows = tensor[0].index_select(0, torch.tensor(heads, device=tensor.device)).index_select(1, idx)
+            rows = (
+                tensor[0]
+                .index_select(0, torch.tensor(heads, device=tensor.device))
+                .index_select(1, idx)
+            )
             vectors = rows.detach().to(device="cpu", dtype=torch.float32).numpy()  # (n_heads, K, d)
             for i, head in enumerate(heads):
                 ex.add(layer, head, kind, keep, vectors[i], sliding_window)
@@ -225,8 +274,9 @@ def _require_extra() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        raise MissingExtraError(f"qkwh capture needs the optional extra ({exc.name} is not installed)",
-                                "capture") from None
+        raise MissingExtraError(
+            f"qkwh capture needs the optional extra ({exc.name} is not installed)", "capture"
+        ) from None
 
 
 def _versions() -> str:
@@ -260,8 +310,13 @@ def capture(
     state = _check_out(out, settings)
     if state == "complete":
         return CaptureReport(out, "unchanged")
-    source = open_source(settings.texts, split=settings.split, text_column=settings.text_column,
-                         id_column=settings.id_column, subset=settings.subset)
+    source = open_source(
+        settings.texts,
+        split=settings.split,
+        text_column=settings.text_column,
+        id_column=settings.id_column,
+        subset=settings.subset,
+    )
     from qkwh.capture import model as M
 
     say(f"loading {settings.model}")
@@ -270,13 +325,18 @@ def capture(
     fp = _fingerprint(settings)
     record = {**_settings_json(settings), "fingerprint": fp, "plan": pl.as_dict()}
     if state == "new":
-        atomic_write_bytes(P.work_dir(out) / P.SETTINGS, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(
+            P.work_dir(out) / P.SETTINGS,
+            (json.dumps(record, indent=2, sort_keys=True) + "\n").encode(),
+        )
     done = P.finished_parts(out)
     total = source.count if settings.examples is None else min(source.count, settings.examples)
     if on_start:
         on_start(total, len(done))
     collector = _Collector(pl, full_attention_only=not settings.include_sliding)
-    report = CaptureReport(out, "resumed" if done else "captured", model_name=info.name, n_resumed=len(done))
+    report = CaptureReport(
+        out, "resumed" if done else "captured", model_name=info.name, n_resumed=len(done)
+    )
     import torch
 
     seen: set[int] = set()
@@ -286,36 +346,50 @@ def capture(
             text_hash = hashlib.sha256(doc.text.encode("utf-8")).hexdigest()
             if doc.index in done:
                 if done[doc.index].text_sha256 != text_hash:
-                    raise InputError(f"{source.spec}: document {doc.index} changed since the interrupted run; "
-                                     f"remove {out} to start over")
+                    raise InputError(
+                        f"{source.spec}: document {doc.index} changed since the interrupted run; "
+                        f"remove {out} to start over"
+                    )
                 report.total_tokens += done[doc.index].tokens
                 if on_example:
                     on_example(done[doc.index].tokens)
                 continue
-            enc = tokenizer(doc.text, truncation=True, max_length=pl.max_length, return_tensors="pt")
+            enc = tokenizer(
+                doc.text, truncation=True, max_length=pl.max_length, return_tensors="pt"
+            )
             ids = enc["input_ids"]
             n_tokens = int(ids.shape[-1])
-            ex = P.ExampleRows(doc.index, doc.example_id, stored_example_id(doc.example_id), n_tokens, text_hash)
+            ex = P.ExampleRows(
+                doc.index, doc.example_id, stored_example_id(doc.example_id), n_tokens, text_hash
+            )
             if n_tokens:
                 collector.example, collector.seen = ex, set()
                 try:
-                    lm.base_model(input_ids=ids, attention_mask=enc.get("attention_mask"), use_cache=False)
+                    lm.base_model(
+                        input_ids=ids, attention_mask=enc.get("attention_mask"), use_cache=False
+                    )
                 finally:
                     collector.example = None
                 missing = set(pl.selection.layers) - collector.seen - collector.skipped_sliding
                 if missing:
-                    raise InputError(f"{settings.model}: layers {sorted(missing)} never called attention in a "
-                                     "forward pass, so nothing could be captured there")
+                    raise InputError(
+                        f"{settings.model}: layers {sorted(missing)} never called attention in a "
+                        "forward pass, so nothing could be captured there"
+                    )
             P.write_part(out, ex, head_dim=info.head_dim, buckets_of=pl.spec.bucket_of)
             done[doc.index] = P.read_part_info(P.part_path(out, doc.index))
             report.total_tokens += n_tokens
             if on_example:
                 on_example(n_tokens)
     if set(done) - seen:
-        raise InputError(f"{source.spec}: has fewer documents than when the capture was interrupted; "
-                         f"remove {out} to start over")
+        raise InputError(
+            f"{source.spec}: has fewer documents than when the capture was interrupted; "
+            f"remove {out} to start over"
+        )
     report.n_examples = len(done)
-    report.skipped_sliding_layers = sorted(collector.skipped_sliding | _sliding_excluded(pl, settings))
+    report.skipped_sliding_layers = sorted(
+        collector.skipped_sliding | _sliding_excluded(pl, settings)
+    )
     say("writing the sniffer files")
     _finish(out, settings, record, pl, info, source, done, report)
     return report
@@ -325,8 +399,16 @@ def _sliding_excluded(pl: Plan, settings: CaptureSettings) -> set[int]:
     return set() if settings.include_sliding else set(pl.selection.sliding_layers)
 
 
-def _finish(out: Path, settings: CaptureSettings, record: dict, pl: Plan, info: Any, source: TextSource,
-            done: dict[int, P.PartInfo], report: CaptureReport) -> None:
+def _finish(
+    out: Path,
+    settings: CaptureSettings,
+    record: dict,
+    pl: Plan,
+    info: Any,
+    source: TextSource,
+    done: dict[int, P.PartInfo],
+    report: CaptureReport,
+) -> None:
     P.remove_stale_temporaries(out)
     files, buckets = P.finalise(out, done.values(), head_dim=info.head_dim)
     metadata: dict[str, Any] = {
@@ -345,11 +427,17 @@ def _finish(out: Path, settings: CaptureSettings, record: dict, pl: Plan, info: 
         "total_tokens": sum(p.tokens for p in done.values()),
     }
     write_saver_state(out, model_name=info.name, metadata=metadata, bucket_counts=buckets)
-    card = render_card(model_name=info.name, metadata=metadata, files=files, bucket_counts=buckets,
-                       skipped_sliding_layers=report.skipped_sliding_layers)
+    card = render_card(
+        model_name=info.name,
+        metadata=metadata,
+        files=files,
+        bucket_counts=buckets,
+        skipped_sliding_layers=report.skipped_sliding_layers,
+    )
     atomic_write_bytes(out / "README.md", card.encode())
-    atomic_write_bytes(out / SETTINGS_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write_bytes(
+        out / SETTINGS_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    )
     P.remove_work_dir(out)
     report.n_files = len(files)
     report.n_rows = sum(f.rows for f in files)
-

@@ -39,7 +39,9 @@ _SEED_INIT = 0x243F6A8885A308D3
 # example ids
 # ---------------------------------------------------------------------------------------------
 def _hash_id(value: Any) -> int:
-    unsigned = int.from_bytes(hashlib.blake2b(str(value).encode("utf-8"), digest_size=8).digest(), "little")
+    unsigned = int.from_bytes(
+        hashlib.blake2b(str(value).encode("utf-8"), digest_size=8).digest(), "little"
+    )
     return unsigned - (1 << 64) if unsigned > _INT64_MAX else unsigned
 
 
@@ -121,7 +123,11 @@ class SamplerSpec:
     @property
     def effective_bucket_size(self) -> int:
         """m for uniform/all; 2**P for log_uniform (the sniffer rounds m up to a power of two)."""
-        return (1 << self.min_bucket_power) if self.strategy == "log_uniform" else int(self.bucket_size)
+        return (
+            (1 << self.min_bucket_power)
+            if self.strategy == "log_uniform"
+            else int(self.bucket_size)
+        )
 
     @property
     def keep_probability(self) -> float | None:
@@ -138,12 +144,18 @@ class SamplerSpec:
         if self.strategy == "log_uniform":
             # floor(log2(p + 1)) as the binary exponent of p + 1: exact for any position (the
             # reference computes it in float32, which agrees below 2**21 tokens)
-            return np.maximum(np.frexp((pos + 1).astype(np.float64))[1].astype(np.int64) - 1, self.min_bucket_power)
+            return np.maximum(
+                np.frexp((pos + 1).astype(np.float64))[1].astype(np.int64) - 1,
+                self.min_bucket_power,
+            )
         return pos // int(self.bucket_size)
 
     def metadata(self) -> dict[str, Any]:
         """Sampler keys of the dataset metadata."""
-        out: dict[str, Any] = {"sampling_strategy": self.strategy, "sampling_base_rate": float(self.base_rate)}
+        out: dict[str, Any] = {
+            "sampling_strategy": self.strategy,
+            "sampling_base_rate": float(self.base_rate),
+        }
         if self.strategy == "log_uniform":
             out["sampling_min_bucket_size"] = self.effective_bucket_size
         else:
@@ -152,7 +164,9 @@ class SamplerSpec:
         return out
 
 
-def keep_mask(spec: SamplerSpec, *, example_id: int, layer: int, kind: str, seq_len: int) -> np.ndarray:
+def keep_mask(
+    spec: SamplerSpec, *, example_id: int, layer: int, kind: str, seq_len: int
+) -> np.ndarray:
     """(seq_len,) bool: the positions kept for one (example, layer, kind), shared by all its heads.
 
     ``example_id`` is the normalised int64 id (:func:`normalize_example_id`), not the int32 column.
@@ -169,7 +183,9 @@ def keep_mask(spec: SamplerSpec, *, example_id: int, layer: int, kind: str, seq_
     # float32 arithmetic, like the reference sampler: min(1, base_rate / 2**bucket)
     bucket = torch.from_numpy(spec.bucket_of(np.arange(int(seq_len)))).to(torch.float32)
     denom = torch.clamp(torch.pow(2.0, bucket), min=1.0)
-    prob = torch.minimum(torch.ones_like(denom), torch.tensor(float(spec.base_rate), dtype=torch.float32) / denom)
+    prob = torch.minimum(
+        torch.ones_like(denom), torch.tensor(float(spec.base_rate), dtype=torch.float32) / denom
+    )
     return (rand < prob).numpy()
 
 
@@ -219,9 +235,13 @@ def select_heads(
     ``full_attention_only``.  Raises ValueError on an impossible layout or no candidates.
     """
     if num_layers < 1 or num_query_heads < 1 or num_key_heads < 1:
-        raise ValueError(f"model has {num_layers} layers, {num_query_heads} query heads, {num_key_heads} key heads")
+        raise ValueError(
+            f"model has {num_layers} layers, {num_query_heads} query heads, {num_key_heads} key heads"
+        )
     if num_query_heads % num_key_heads:
-        raise ValueError(f"{num_query_heads} query heads are not a multiple of {num_key_heads} key/value heads")
+        raise ValueError(
+            f"{num_query_heads} query heads are not a multiple of {num_key_heads} key/value heads"
+        )
     if count < 1:
         raise ValueError(f"head count must be at least 1, not {count}")
     sliding = frozenset(int(s) for s in sliding_layers)
@@ -234,7 +254,9 @@ def select_heads(
                 continue
             candidates.append((layer, head))
     if not candidates:
-        raise ValueError("no candidate heads: every layer uses sliding-window attention (use --include-sliding)")
+        raise ValueError(
+            "no candidate heads: every layer uses sliding-window attention (use --include-sliding)"
+        )
     selected: Sequence[tuple[int, int]]
     if count >= len(candidates):
         selected = list(candidates)

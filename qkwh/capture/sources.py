@@ -55,7 +55,9 @@ class TextSource:
             if index >= n:
                 return
             if not isinstance(text, str):
-                raise InputError(f"{self.spec}: document {index} has a non-text value ({type(text).__name__})")
+                raise InputError(
+                    f"{self.spec}: document {index} has a non-text value ({type(text).__name__})"
+                )
             yield Document(index, normalize_example_id(index if raw_id is None else raw_id), text)
 
 
@@ -74,9 +76,13 @@ def open_source(
     """
     specs = [str(s) for s in specs]
     if not specs:
-        raise InputError("--texts: name at least one text file, folder, JSONL/parquet file or hf://datasets/ source")
+        raise InputError(
+            "--texts: name at least one text file, folder, JSONL/parquet file or hf://datasets/ source"
+        )
     if len(specs) == 1 and specs[0].startswith(HUB_PREFIX):
-        return _hub_source(specs[0], split=split, text_column=text_column, id_column=id_column, subset=subset)
+        return _hub_source(
+            specs[0], split=split, text_column=text_column, id_column=id_column, subset=subset
+        )
     if any(s.startswith(HUB_PREFIX) for s in specs):
         raise InputError("--texts: a hf://datasets/ source cannot be combined with other sources")
     if len(specs) == 1 and specs[0].endswith(".jsonl"):
@@ -97,7 +103,9 @@ def _text_files_source(specs: Sequence[str]) -> TextSource:
         if not p.exists():
             raise InputError(f"{p}: no such file or folder")
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES)
+            found = sorted(
+                f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
+            )
             if not found:
                 raise InputError(f"{p}: no text files ({', '.join(TEXT_SUFFIXES)}) inside")
             files += found
@@ -112,12 +120,19 @@ def _text_files_source(specs: Sequence[str]) -> TextSource:
             try:
                 yield None, f.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
-                raise InputError(f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+                raise InputError(
+                    f"{f}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                ) from None
 
     if not files:
         raise _empty(label)
-    return TextSource(label, "text", len(files), {"source_dataset": label, "dataset_name": "",
-                                                  "dataset_split": "files"}, read)
+    return TextSource(
+        label,
+        "text",
+        len(files),
+        {"source_dataset": label, "dataset_name": "", "dataset_split": "files"},
+        read,
+    )
 
 
 def _jsonl_source(path: Path, *, text_column: str, id_column: str | None) -> TextSource:
@@ -149,8 +164,13 @@ def _jsonl_source(path: Path, *, text_column: str, id_column: str | None) -> Tex
                     row = json.loads(line)
                     yield row.get(use_id), row[text_column]
 
-    return TextSource(str(path), "jsonl", lines, {"source_dataset": path.name, "dataset_name": "",
-                                                  "dataset_split": "jsonl"}, read)
+    return TextSource(
+        str(path),
+        "jsonl",
+        lines,
+        {"source_dataset": path.name, "dataset_name": "", "dataset_split": "jsonl"},
+        read,
+    )
 
 
 def _parquet_source(path: Path, *, text_column: str, id_column: str | None) -> TextSource:
@@ -162,7 +182,9 @@ def _parquet_source(path: Path, *, text_column: str, id_column: str | None) -> T
     try:
         pf = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises several types for unreadable files
-        raise InputError(f"{path}: not a readable parquet file ({str(exc).splitlines()[0]})") from None
+        raise InputError(
+            f"{path}: not a readable parquet file ({str(exc).splitlines()[0]})"
+        ) from None
     names = pf.schema_arrow.names
     if text_column not in names:
         raise InputError(f"{path}: no column {text_column!r} (have {', '.join(names)})")
@@ -179,22 +201,33 @@ def _parquet_source(path: Path, *, text_column: str, id_column: str | None) -> T
             ids = batch.column(use_id).to_pylist() if use_id else [None] * len(texts)
             yield from zip(ids, texts)
 
-    return TextSource(str(path), "parquet", pf.metadata.num_rows,
-                      {"source_dataset": path.name, "dataset_name": "", "dataset_split": "parquet"}, read)
+    return TextSource(
+        str(path),
+        "parquet",
+        pf.metadata.num_rows,
+        {"source_dataset": path.name, "dataset_name": "", "dataset_split": "parquet"},
+        read,
+    )
 
 
-def _hub_source(spec: str, *, split: str, text_column: str, id_column: str | None, subset: str | None) -> TextSource:
-    name, _, revision = spec[len(HUB_PREFIX):].partition("@")
+def _hub_source(
+    spec: str, *, split: str, text_column: str, id_column: str | None, subset: str | None
+) -> TextSource:
+    name, _, revision = spec[len(HUB_PREFIX) :].partition("@")
     if name.count("/") != 1 or not all(name.split("/")):
         raise InputError(f"{spec}: expected hf://datasets/OWNER/NAME[@REVISION]")
     try:
         import datasets
     except ImportError:
-        raise MissingExtraError(f"{spec}: reading a Hub dataset needs the datasets library", "capture") from None
+        raise MissingExtraError(
+            f"{spec}: reading a Hub dataset needs the datasets library", "capture"
+        ) from None
     try:
         ds = datasets.load_dataset(name, subset, split=split, revision=revision or None)
     except Exception as exc:  # network, cache and schema errors all end here
-        raise InputError(f"{spec}: cannot load split {split!r} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+        raise InputError(
+            f"{spec}: cannot load split {split!r} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        ) from None
     columns = list(getattr(ds, "column_names", []) or [])
     if text_column not in columns:
         raise InputError(f"{spec}: no column {text_column!r} (have {', '.join(columns)})")
@@ -208,5 +241,10 @@ def _hub_source(spec: str, *, split: str, text_column: str, id_column: str | Non
         for row in ds:
             yield (row[use_id] if use_id else None), row[text_column]
 
-    return TextSource(spec, "hub", len(ds), {"source_dataset": name, "dataset_name": subset or "",
-                                             "dataset_split": split}, read)
+    return TextSource(
+        spec,
+        "hub",
+        len(ds),
+        {"source_dataset": name, "dataset_name": subset or "", "dataset_split": split},
+        read,
+    )

@@ -16,8 +16,13 @@ from typing import Protocol, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-_BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-              "NUMEXPR_NUM_THREADS")
+_BLAS_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 class Executor(Protocol):
@@ -70,11 +75,16 @@ def _die_with_parent(parent: int) -> None:
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # pragma: no cover - no libc prctl: the thread below watches
+        except (
+            OSError,
+            AttributeError,
+        ):  # pragma: no cover - no libc prctl: the thread below watches
             pass
     if os.getppid() != parent:
         os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), name="qkwh-watch-parent", daemon=True).start()
+    threading.Thread(
+        target=_watch_parent, args=(parent,), name="qkwh-watch-parent", daemon=True
+    ).start()
 
 
 def _watch_parent(parent: int) -> None:
@@ -97,14 +107,18 @@ class ProcessExecutor:
         # (and its BLAS) is imported there
         self._workers = workers
         self._finished = False
-        self._pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                            initializer=_init_worker, initargs=(os.getpid(),))
+        self._pool = cf.ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=mp.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(os.getpid(),),
+        )
 
     def map_unordered(self, fn, items):
         self._finished = False
         items = list(items)
         pending = {self._pool.submit(fn, it) for it in items[: 4 * self._workers]}
-        rest = iter(items[4 * self._workers:])
+        rest = iter(items[4 * self._workers :])
         while pending:
             done, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
             for fut in done:
@@ -148,7 +162,9 @@ class RayExecutor:
     exist on every node, ``hf://`` URIs are read over the network (``HF_ENDPOINT`` is passed on).
     """
 
-    def __init__(self, address: str | None = None, *, max_retries: int = 3, in_flight: int | None = None):
+    def __init__(
+        self, address: str | None = None, *, max_retries: int = 3, in_flight: int | None = None
+    ):
         try:
             import ray
         except ImportError:
@@ -160,7 +176,11 @@ class RayExecutor:
         if self._started:
             where = address or os.environ.get("RAY_ADDRESS")
             # Ray Client (ray://) takes fewer options; a new local Ray needs no dashboard
-            options = {} if (where or "").startswith("ray://") else {"log_to_driver": False, "configure_logging": False}
+            options = (
+                {}
+                if (where or "").startswith("ray://")
+                else {"log_to_driver": False, "configure_logging": False}
+            )
             if not where:
                 options["include_dashboard"] = False
             try:
@@ -168,14 +188,20 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 from qkwh.errors import QkwhError
 
-                raise QkwhError(f"cannot start or join Ray at {where or 'a new local cluster'}: "
-                                f"{str(exc).splitlines()[0]}") from None
+                raise QkwhError(
+                    f"cannot start or join Ray at {where or 'a new local cluster'}: "
+                    f"{str(exc).splitlines()[0]}"
+                ) from None
         env = dict.fromkeys(_BLAS_VARS, "1")
         for var in ("HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY", "HF_HUB_DISABLE_XET"):
             if os.environ.get(var):
                 env[var] = os.environ[var]
-        self._task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False,
-                                runtime_env={"env_vars": env})(_ray_call).options(name="qkwh_task")
+        self._task = ray.remote(
+            num_cpus=1,
+            max_retries=max_retries,
+            retry_exceptions=False,
+            runtime_env={"env_vars": env},
+        )(_ray_call).options(name="qkwh_task")
         self._in_flight = in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         self._pending: set = set()
 
@@ -202,7 +228,9 @@ class RayExecutor:
     def _result(self, ref):
         try:
             return self._ray.get(ref)
-        except self._ray.exceptions.RayTaskError as exc:  # the task's own exception, as the pool raises it
+        except (
+            self._ray.exceptions.RayTaskError
+        ) as exc:  # the task's own exception, as the pool raises it
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None

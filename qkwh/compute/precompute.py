@@ -38,6 +38,7 @@ from qkwh.analyses.types import AnalysisResult, HeadData
 # per-head precomputation shared by several analyses
 # ---------------------------------------------------------------------------------------------
 
+
 def _query_moments(head: HeadData, shared: Mapping[str, Any]) -> Any:
     """The queries in bucket order with per-bucket moments (:func:`qkwh.analyses.stats.query_moments`)."""
     from qkwh.analyses import stats
@@ -115,7 +116,9 @@ class KeyCache:
         return self._built[name]
 
 
-def precompute(head: HeadData, analyses: tuple[Analysis, ...], *, keys: KeyCache | None = None) -> dict[str, Any]:
+def precompute(
+    head: HeadData, analyses: tuple[Analysis, ...], *, keys: KeyCache | None = None
+) -> dict[str, Any]:
     """The shared precomputations that ``analyses`` declared, each built once for ``head``.
 
     ``keys``: where the :data:`KEY_SCOPE` precomputations come from when given (see

@@ -49,7 +49,9 @@ class ComputeReport:
     n_written: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)  # (head label, error)
     config_ids: dict[str, str] = field(default_factory=dict)
-    code_version: str = ""  # of the package's analyses (an analysis outside the package adds its own)
+    code_version: str = (
+        ""  # of the package's analyses (an analysis outside the package adds its own)
+    )
     name: str | None = None
     n_batches: int = 0
     write_seconds: float = 0.0  # parent time spent writing batches (open, transaction, close)
@@ -89,8 +91,10 @@ def compute_lock(warehouse: str | Path | None) -> Iterator[None]:
     try:
         beside = _lock(path, wh, required=True)
     except OSError as exc:
-        raise QkwhError(f"cannot compute in {wh}: cannot create its lock file {path} ({exc.strerror}); "
-                        "compute writes the warehouse and files beside it, so its folder must be writable") from None
+        raise QkwhError(
+            f"cannot compute in {wh}: cannot create its lock file {path} ({exc.strerror}); "
+            "compute writes the warehouse and files beside it, so its folder must be writable"
+        ) from None
     try:
         st = os.stat(wh)
         inode = Path(tempfile.gettempdir()) / f"qkwh-compute-{st.st_dev}-{st.st_ino}.lock"
@@ -128,8 +132,10 @@ def _lock(path: Path, wh: Path, *, required: bool):
             pid = holder[0].strip()
             other = holder[1].strip() if len(holder) > 1 else ""
             via = f" through {other}, the same file" if other and other != str(wh) else ""
-            raise WarehouseLockedError(f"another qkwh compute{f' (process {pid})' if pid else ''} is running on "
-                                       f"{wh}{via}; wait for it to finish") from None
+            raise WarehouseLockedError(
+                f"another qkwh compute{f' (process {pid})' if pid else ''} is running on "
+                f"{wh}{via}; wait for it to finish"
+            ) from None
         try:  # the holder before us may have removed the file between our open and our lock
             same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -160,9 +166,11 @@ def _make_named_set_current(con, config_ids: dict[str, str], models: list[str] |
     are written)."""
     import datetime as dt
 
-    rows = con.execute("SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
-                       "WHERE list_contains($1, config_id) AND ($2 IS NULL OR list_contains($2, model_id))",
-                       [list(config_ids.values()), models or None]).fetchall()
+    rows = con.execute(
+        "SELECT DISTINCT model_id, analysis, config_id FROM head_runs "
+        "WHERE list_contains($1, config_id) AND ($2 IS NULL OR list_contains($2, model_id))",
+        [list(config_ids.values()), models or None],
+    ).fetchall()
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     hits = [[m, a, c, now] for m, a, c in rows if config_ids.get(a) == c]
     if hits:
@@ -209,11 +217,15 @@ def compute(
     analyses = known if analyses is None else tuple(analyses)
     bad = [a for a in analyses if a not in known]
     if bad or not analyses:
-        raise InputError(f"unknown analysis {', '.join(f'{b!r}{did_you_mean(b, known)}' for b in bad) or '(none)'}; "
-                         f"choose from {', '.join(known)}")
+        raise InputError(
+            f"unknown analysis {', '.join(f'{b!r}{did_you_mean(b, known)}' for b in bad) or '(none)'}; "
+            f"choose from {', '.join(known)}"
+        )
     wh = store.resolve_warehouse(warehouse)
     if not wh.exists():
-        raise NotFoundError(f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse")
+        raise NotFoundError(
+            f"no warehouse at {wh}: run `qkwh ingest SOURCE` first, or pass --warehouse"
+        )
     code_versions = {a: code_version(a) for a in analyses}
     config_ids = {a: config.fingerprint(a, code_versions[a]) for a in analyses}
     with compute_lock(wh):
@@ -222,12 +234,23 @@ def compute(
             try:
                 check_result_tables(con, wh, analyses)
                 units = load_units(con, models)
-                done = {(m, layer, q, a, cid): fp for m, layer, q, a, cid, fp in
-                        con.execute(store.load_sql("head_runs_current"), [models or None]).fetchall()}
-                catalog = dict(con.execute("SELECT model_id, source_fingerprint FROM models").fetchall())
+                done = {
+                    (m, layer, q, a, cid): fp
+                    for m, layer, q, a, cid, fp in con.execute(
+                        store.load_sql("head_runs_current"), [models or None]
+                    ).fetchall()
+                }
+                catalog = dict(
+                    con.execute("SELECT model_id, source_fingerprint FROM models").fetchall()
+                )
                 tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
-                report = ComputeReport(len(units), sum(t.n_heads for t in tasks), config_ids=config_ids,
-                                       code_version=code_version(), name=name)
+                report = ComputeReport(
+                    len(units),
+                    sum(t.n_heads for t in tasks),
+                    config_ids=config_ids,
+                    code_version=code_version(),
+                    name=name,
+                )
                 with store.transaction(con):
                     record_configs(con, config, config_ids, code_versions, name)
                     if name is not None and make_current:
@@ -238,13 +261,25 @@ def compute(
             on_start(report.n_planned)
         if not tasks:
             return report
-        n_workers = min(max(workers if workers is not None else (os.cpu_count() or 1), 1), len(tasks))
-        ex = executor if executor is not None and not isinstance(executor, str) else \
-            make_executor(n_workers, executor or "pool", ray_address)
+        n_workers = min(
+            max(workers if workers is not None else (os.cpu_count() or 1), 1), len(tasks)
+        )
+        ex = (
+            executor
+            if executor is not None and not isinstance(executor, str)
+            else make_executor(n_workers, executor or "pool", ray_address)
+        )
         # (model, layer, q_head, analysis, config_id) that already have rows
-        writer = BatchWriter(wh, config_ids, set(done), catalog=catalog, make_current=make_current,
-                             max_heads=batch_heads, max_seconds=batch_seconds,
-                             threads=1 if n_workers > 1 else None)  # the workers have the cores
+        writer = BatchWriter(
+            wh,
+            config_ids,
+            set(done),
+            catalog=catalog,
+            make_current=make_current,
+            max_heads=batch_heads,
+            max_seconds=batch_seconds,
+            threads=1 if n_workers > 1 else None,
+        )  # the workers have the cores
         try:
             for outcomes in ex.map_unordered(run_group, tasks):
                 report.failures += [(o.unit.label, o.error) for o in outcomes if o.error]

@@ -22,8 +22,12 @@ def _package_code() -> tuple[Path, ...]:
     """The package's analysis code: params, every module of qkwh/analyses (the declarations and
     the registry among them), the precomputations and the per-head work."""
     root = Path(qkwh.__file__).resolve().parent
-    return (root / "params.py", *sorted((root / "analyses").rglob("*.py")),
-            root / "compute" / "precompute.py", root / "compute" / "work.py")
+    return (
+        root / "params.py",
+        *sorted((root / "analyses").rglob("*.py")),
+        root / "compute" / "precompute.py",
+        root / "compute" / "work.py",
+    )
 
 
 def code_version(analysis: str | None = None) -> str:
@@ -67,8 +71,19 @@ class HeadUnit:
         return f"{self.model_id} L{self.layer}H{self.q_head}"
 
     def input_fingerprint(self) -> str:
-        text = "|".join(map(str, (self.q_fingerprint, self.k_fingerprint, self.context_length,
-                                  self.bucket_size, self.sliding_window, self.k_head)))
+        text = "|".join(
+            map(
+                str,
+                (
+                    self.q_fingerprint,
+                    self.k_fingerprint,
+                    self.context_length,
+                    self.bucket_size,
+                    self.sliding_window,
+                    self.k_head,
+                ),
+            )
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -82,16 +97,24 @@ class GroupTask:
     # the declarations of those analyses, carried along so a worker process runs what the
     # parent registered (an analysis registered at run time included)
     declarations: tuple[Analysis, ...] = ()
-    config_ids: tuple[tuple[str, str], ...] = ()  # (analysis, config_id): results leave as keyed Arrow
+    config_ids: tuple[
+        tuple[str, str], ...
+    ] = ()  # (analysis, config_id): results leave as keyed Arrow
 
     @property
     def n_heads(self) -> int:
         return len(self.heads)
 
 
-def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str, str], str],
-         analyses: tuple[str, ...], config_ids: dict[str, str], config: RunConfig, *,
-         force: bool = False) -> list[GroupTask]:
+def plan(
+    units: list[HeadUnit],
+    done: dict[tuple[str, int, int, str, str], str],
+    analyses: tuple[str, ...],
+    config_ids: dict[str, str],
+    config: RunConfig,
+    *,
+    force: bool = False,
+) -> list[GroupTask]:
     """Group heads by k file, keeping only the (head, analysis) pairs that need computing.
 
     ``done`` maps (model_id, layer, q_head, analysis, config_id) to the input fingerprint its
@@ -101,11 +124,12 @@ def plan(units: list[HeadUnit], done: dict[tuple[str, int, int, str, str], str],
     groups: dict[tuple[str, int, int], list[tuple[HeadUnit, tuple[str, ...]]]] = {}
     for u in units:
         fp = u.input_fingerprint()
-        need = tuple(a for a in analyses
-                     if force or done.get((*u.key, a, config_ids[a])) != fp)
+        need = tuple(a for a in analyses if force or done.get((*u.key, a, config_ids[a])) != fp)
         if need:
             groups.setdefault((u.model_id, u.layer, u.k_head), []).append((u, need))
     declarations = tuple(registry.get(a) for a in analyses)
     ids = tuple(sorted(config_ids.items()))
-    return [GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations, ids)
-            for g in groups.values()]
+    return [
+        GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations, ids)
+        for g in groups.values()
+    ]

@@ -35,7 +35,9 @@ class HeadOutcome:
     unit: HeadUnit
     seconds: float
     error: str | None = None
-    tables: dict[str, pa.Table] | None = None  # warehouse table -> rows (head key and config_id in place)
+    tables: dict[str, pa.Table] | None = (
+        None  # warehouse table -> rows (head key and config_id in place)
+    )
     analyses: tuple[str, ...] = ()  # the analyses whose rows ``tables`` holds
 
     # Crossing a process boundary (pool pipe, Ray object store), ``tables`` travel as Arrow IPC
@@ -49,7 +51,9 @@ class HeadOutcome:
 
     def __setstate__(self, state: dict) -> None:
         if state.get("tables") is not None:
-            state["tables"] = {name: pa.ipc.open_stream(buf).read_all() for name, buf in state["tables"].items()}
+            state["tables"] = {
+                name: pa.ipc.open_stream(buf).read_all() for name, buf in state["tables"].items()
+            }
         self.__dict__.update(state)
 
 
@@ -60,8 +64,9 @@ def _to_ipc(table: pa.Table) -> pa.Buffer:
     return sink.getvalue()
 
 
-def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
-                config_ids: dict[str, str]) -> dict[str, pa.Table]:
+def head_tables(
+    unit: HeadUnit, results: dict[str, AnalysisResult], config_ids: dict[str, str]
+) -> dict[str, pa.Table]:
     """One head's results as Arrow tables keyed like the warehouse rows: model_id, layer, q_head,
     k_head and config_id, then the analysis' columns.  The writer only concatenates them."""
     out: dict[str, pa.Table] = {}
@@ -70,11 +75,13 @@ def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
             if not cols:
                 continue
             n = len(next(iter(cols.values())))
-            key = {"model_id": pa.array([unit.model_id] * n, pa.string()),
-                   "layer": pa.array(np.full(n, unit.layer, dtype=np.int32)),
-                   "q_head": pa.array(np.full(n, unit.q_head, dtype=np.int32)),
-                   "k_head": pa.array(np.full(n, unit.k_head, dtype=np.int32)),
-                   "config_id": pa.array([config_ids[analysis]] * n, pa.string())}
+            key = {
+                "model_id": pa.array([unit.model_id] * n, pa.string()),
+                "layer": pa.array(np.full(n, unit.layer, dtype=np.int32)),
+                "q_head": pa.array(np.full(n, unit.q_head, dtype=np.int32)),
+                "k_head": pa.array(np.full(n, unit.k_head, dtype=np.int32)),
+                "config_id": pa.array([config_ids[analysis]] * n, pa.string()),
+            }
             out[table] = pa.table({**key, **{c: as_arrow(v) for c, v in cols.items()}})
     return out
 
@@ -83,18 +90,39 @@ def head_tables(unit: HeadUnit, results: dict[str, AnalysisResult],
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-def build_head(q: Rows, k: Rows, *, context_length: int, bucket_size: int, sliding_window: int | None,
-               layer: int, q_head: int, config: RunConfig, label: str = "head") -> HeadData:
+def build_head(
+    q: Rows,
+    k: Rows,
+    *,
+    context_length: int,
+    bucket_size: int,
+    sliding_window: int | None,
+    layer: int,
+    q_head: int,
+    config: RunConfig,
+    label: str = "head",
+) -> HeadData:
     """One head's :class:`HeadData` from its q rows and k rows (in file order), with the
     ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path)."""
     if q[0].shape[1] != k[0].shape[1]:
         raise ValueError(f"{label}: q has d={q[0].shape[1]} but k has d={k[0].shape[1]}")
     qv, qt, qe, qb = _take(q, cap_rows(len(q[1]), config.max_tokens_per_head, config.seed))
     kv, ks, ke, kb = _take(k, cap_rows(len(k[1]), config.max_tokens_per_head, config.seed))
-    return HeadData(q=qv, q_pos=qt, q_example=qe, q_bucket=qb, k=kv, k_pos=ks, k_example=ke, k_bucket=kb,
-                    context_length=int(context_length), bucket_size=int(bucket_size),
-                    sliding_window=None if sliding_window is None else int(sliding_window),
-                    layer=int(layer), q_head=int(q_head))
+    return HeadData(
+        q=qv,
+        q_pos=qt,
+        q_example=qe,
+        q_bucket=qb,
+        k=kv,
+        k_pos=ks,
+        k_example=ke,
+        k_bucket=kb,
+        context_length=int(context_length),
+        bucket_size=int(bucket_size),
+        sliding_window=None if sliding_window is None else int(sliding_window),
+        layer=int(layer),
+        q_head=int(q_head),
+    )
 
 
 def _take(rows: Rows, idx: np.ndarray | None) -> Rows:
@@ -116,13 +144,26 @@ def group_key_rows(k: FileData, config: RunConfig) -> Rows:
 
 def head_data(unit: HeadUnit, q: FileData, k: FileData | Rows, config: RunConfig) -> HeadData:
     """The head of ``unit`` from its q file and its k file (or the group's :func:`group_key_rows`)."""
-    return build_head(_rows(q), _rows(k), context_length=unit.context_length, bucket_size=unit.bucket_size,
-                      sliding_window=unit.sliding_window, layer=unit.layer, q_head=unit.q_head,
-                      config=config, label=unit.label)
+    return build_head(
+        _rows(q),
+        _rows(k),
+        context_length=unit.context_length,
+        bucket_size=unit.bucket_size,
+        sliding_window=unit.sliding_window,
+        layer=unit.layer,
+        q_head=unit.q_head,
+        config=config,
+        label=unit.label,
+    )
 
 
-def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: RunConfig, *,
-                 keys: pre.KeyCache | None = None) -> dict[str, AnalysisResult]:
+def run_analyses(
+    head: HeadData,
+    analyses: Sequence[str | Analysis],
+    config: RunConfig,
+    *,
+    keys: pre.KeyCache | None = None,
+) -> dict[str, AnalysisResult]:
     """Run ``analyses`` (registered names or declarations) on one head.
 
     The per-head precomputations they declare (:func:`qkwh.compute.precompute.precompute`) are
@@ -130,8 +171,10 @@ def run_analyses(head: HeadData, analyses: Sequence[str | Analysis], config: Run
     """
     todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)
     shared = pre.precompute(head, todo, keys=keys)
-    return {a.name: pre.run_function(a)(head, config.params_of(a.name), seed=config.seed, shared=shared)
-            for a in todo}
+    return {
+        a.name: pre.run_function(a)(head, config.params_of(a.name), seed=config.seed, shared=shared)
+        for a in todo
+    }
 
 
 def run_group(task: GroupTask) -> list[HeadOutcome]:
@@ -159,9 +202,15 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
         t0 = time.perf_counter()
         try:
             head = head_data(unit, read_file(unit.q_path), k_rows, task.config)
-            results = run_analyses(head, [declared.get(a, a) for a in analyses], task.config, keys=keys)
+            results = run_analyses(
+                head, [declared.get(a, a) for a in analyses], task.config, keys=keys
+            )
             tables = head_tables(unit, results, config_ids)  # Arrow, ready to insert
-            outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, tables=tables, analyses=tuple(results)))
+            outcomes.append(
+                HeadOutcome(unit, time.perf_counter() - t0, tables=tables, analyses=tuple(results))
+            )
         except Exception as exc:  # one bad head must not sink the run; reported by the runner
-            outcomes.append(HeadOutcome(unit, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"))
+            outcomes.append(
+                HeadOutcome(unit, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}")
+            )
     return outcomes

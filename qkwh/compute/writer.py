@@ -45,16 +45,29 @@ def __getattr__(name: str):
 
 HeadSet = tuple[str, int, int, str, str]  # (model_id, layer, q_head, analysis, config_id)
 
-_RUN_COLUMNS = ("model_id", "layer", "q_head", "analysis", "config_id", "input_fingerprint", "computed_at",
-                "seconds")
+_RUN_COLUMNS = (
+    "model_id",
+    "layer",
+    "q_head",
+    "analysis",
+    "config_id",
+    "input_fingerprint",
+    "computed_at",
+    "seconds",
+)
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids: dict[str, str],
-                   code_version: str | Mapping[str, str], name: str | None = None) -> None:
+def record_configs(
+    con: duckdb.DuckDBPyConnection,
+    config: RunConfig,
+    config_ids: dict[str, str],
+    code_version: str | Mapping[str, str],
+    name: str | None = None,
+) -> None:
     """Insert the run_config rows of this run (once per config_id), named ``name`` if given;
     ``code_version`` is one string or one per analysis.
 
@@ -63,22 +76,36 @@ def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids
     """
     for analysis, cid in config_ids.items():
         if name is not None:
-            other = con.execute("SELECT config_id FROM run_config WHERE name = ? AND analysis = ? AND config_id <> ?",
-                                [name, analysis, cid]).fetchone()
+            other = con.execute(
+                "SELECT config_id FROM run_config WHERE name = ? AND analysis = ? AND config_id <> ?",
+                [name, analysis, cid],
+            ).fetchone()
             if other:
-                raise InputError(f"the name {name!r} already labels another {analysis} parameter set "
-                                 f"({other[0]}): choose another name, or `qkwh runs drop {name}` first")
+                raise InputError(
+                    f"the name {name!r} already labels another {analysis} parameter set "
+                    f"({other[0]}): choose another name, or `qkwh runs drop {name}` first"
+                )
         row = con.execute("SELECT name FROM run_config WHERE config_id = ?", [cid]).fetchone()
         cv = code_version if isinstance(code_version, str) else code_version[analysis]
         if row is None:
-            con.execute("INSERT INTO run_config (config_id, analysis, code_version, params_json, created_at, name) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        [cid, analysis, cv, json.dumps(config.analysis_params(analysis), sort_keys=True),
-                         _now(), name])
+            con.execute(
+                "INSERT INTO run_config (config_id, analysis, code_version, params_json, created_at, name) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    cid,
+                    analysis,
+                    cv,
+                    json.dumps(config.analysis_params(analysis), sort_keys=True),
+                    _now(),
+                    name,
+                ],
+            )
         elif name is not None and row[0] != name:
             if row[0] is not None:
-                raise InputError(f"these {analysis} parameters are already the set {row[0]!r} ({cid}): "
-                                 f"compute with --name {row[0]} or without --name")
+                raise InputError(
+                    f"these {analysis} parameters are already the set {row[0]!r} ({cid}): "
+                    f"compute with --name {row[0]} or without --name"
+                )
             con.execute("UPDATE run_config SET name = ? WHERE config_id = ?", [name, cid])
 
 
@@ -87,9 +114,15 @@ def record_configs(con: duckdb.DuckDBPyConnection, config: RunConfig, config_ids
 # ---------------------------------------------------------------------------------------------
 
 
-def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome], config_ids: dict[str, str],
-                previous: set[HeadSet], *, make_current: bool = True,
-                made_current: set[tuple[str, str]] | None = None) -> int:
+def write_heads(
+    con: duckdb.DuckDBPyConnection,
+    outcomes: Iterable[HeadOutcome],
+    config_ids: dict[str, str],
+    previous: set[HeadSet],
+    *,
+    make_current: bool = True,
+    made_current: set[tuple[str, str]] | None = None,
+) -> int:
     """Write ``outcomes`` (whole heads) in one transaction: their rows, head_runs, current_config.
 
     ``previous`` holds the (head, analysis, config_id) that already have rows: those rows are
@@ -114,8 +147,10 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         fp = u.input_fingerprint()
         for analysis in o.analyses:
             written.append((*u.key, analysis, config_ids[analysis]))
-            for col, value in zip(_RUN_COLUMNS, (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis],
-                                                 fp, now, o.seconds)):
+            for col, value in zip(
+                _RUN_COLUMNS,
+                (u.model_id, u.layer, u.q_head, analysis, config_ids[analysis], fp, now, o.seconds),
+            ):
                 runs[col].append(value)
     unknown = set(parts) - {t for ts in registry.analysis_tables().values() for t in ts}
     if unknown:
@@ -127,14 +162,21 @@ def write_heads(con: duckdb.DuckDBPyConnection, outcomes: Iterable[HeadOutcome],
         for name in [t for ts in registry.analysis_tables().values() for t in ts]:
             if name in parts:
                 tables = parts[name]
-                data = tables[0] if len(tables) == 1 else \
-                    pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+                data = (
+                    tables[0]
+                    if len(tables) == 1
+                    else pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+                )
                 store.insert_columns(con, name, data)
         store.insert_columns(con, "head_runs", runs)
         # the marts report each (model, analysis) under exactly one parameter set
-        current = sorted({(o.unit.model_id, a) for o in outcomes for a in o.analyses} - (made_current or set()))
+        current = sorted(
+            {(o.unit.model_id, a) for o in outcomes for a in o.analyses} - (made_current or set())
+        )
         if current:
-            sql = store.load_sql("set_current_config" if make_current else "set_current_config_if_missing")
+            sql = store.load_sql(
+                "set_current_config" if make_current else "set_current_config_if_missing"
+            )
             con.executemany(sql, [[m, a, config_ids[a], now] for m, a in current])
         _test_hold_commit(con)
     previous.update(written)
@@ -159,12 +201,20 @@ def warehouse_errors(warehouse: str | Path | None) -> Iterator[None]:
         problem = _write_problem(exc)
         if problem is None:
             raise
-        raise QkwhError(f"cannot write warehouse {store.resolve_warehouse(warehouse)}: {problem}; heads written "
-                        "before are kept (each whole): fix this and run `qkwh compute` again to resume") from None
+        raise QkwhError(
+            f"cannot write warehouse {store.resolve_warehouse(warehouse)}: {problem}; heads written "
+            "before are kept (each whole): fix this and run `qkwh compute` again to resume"
+        ) from None
 
 
-_DUCKDB_PREFIXES = ("TransactionContext Error: Failed to commit: ", "IO Error: ", "Permission Error: ",
-                    "FATAL Error: ", "Binder Error: ", "Catalog Error: ")
+_DUCKDB_PREFIXES = (
+    "TransactionContext Error: Failed to commit: ",
+    "IO Error: ",
+    "Permission Error: ",
+    "FATAL Error: ",
+    "Binder Error: ",
+    "Catalog Error: ",
+)
 
 
 def _write_problem(exc: BaseException) -> str | None:
@@ -182,8 +232,9 @@ def _write_problem(exc: BaseException) -> str | None:
     return f"{text} (a table altered outside qkwh?)" if shape else text
 
 
-def check_result_tables(con: duckdb.DuckDBPyConnection, warehouse: str | Path | None,
-                        analyses: Iterable[str]) -> None:
+def check_result_tables(
+    con: duckdb.DuckDBPyConnection, warehouse: str | Path | None, analyses: Iterable[str]
+) -> None:
     """Raise :class:`QkwhError` (one line, before anything is computed or written) when a table
     compute writes for ``analyses`` lacks a column of the schema, e.g. dropped by hand."""
     ref = duckdb.connect(":memory:")
@@ -197,18 +248,28 @@ def check_result_tables(con: duckdb.DuckDBPyConnection, warehouse: str | Path | 
     tables: dict[str, str | None] = {t: a for a in analyses for t in registry.analysis_tables()[a]}
     tables.update({"head_runs": None, "current_config": None})
     for table, analysis in tables.items():
-        missing = [(c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})]
+        missing = [
+            (c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})
+        ]
         if missing:
-            redo = (f"drop the table (`DROP TABLE {table}`; it is created again) and run "
-                    f"`qkwh compute -a {analysis} --force`" if analysis else "restore the warehouse from a copy")
-            raise QkwhError(f"warehouse {store.resolve_warehouse(warehouse)}: table {table} has no column "
-                            f"{missing[0][0]} ({missing[0][1]}), which compute writes (altered outside qkwh?); "
-                            f"nothing was written: {redo}")
+            redo = (
+                f"drop the table (`DROP TABLE {table}`; it is created again) and run "
+                f"`qkwh compute -a {analysis} --force`"
+                if analysis
+                else "restore the warehouse from a copy"
+            )
+            raise QkwhError(
+                f"warehouse {store.resolve_warehouse(warehouse)}: table {table} has no column "
+                f"{missing[0][0]} ({missing[0][1]}), which compute writes (altered outside qkwh?); "
+                f"nothing was written: {redo}"
+            )
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
-    rows = con.execute("SELECT table_name, column_name, data_type FROM information_schema.columns "
-                       "WHERE table_schema = 'main' AND table_catalog = current_database()").fetchall()
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_catalog = current_database()"
+    ).fetchall()
     out: dict[str, dict[str, str]] = {}
     for table, column, ctype in rows:
         out.setdefault(table, {})[column] = ctype
@@ -237,17 +298,31 @@ def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
     for k in keys:
         by_analysis.setdefault(k[3], []).append(k)
     for analysis, ks in by_analysis.items():
-        rel = pa.table({"model_id": [k[0] for k in ks], "layer": [k[1] for k in ks],
-                        "q_head": [k[2] for k in ks], "config_id": [k[4] for k in ks]})
+        rel = pa.table(
+            {
+                "model_id": [k[0] for k in ks],
+                "layer": [k[1] for k in ks],
+                "q_head": [k[2] for k in ks],
+                "config_id": [k[4] for k in ks],
+            }
+        )
         con.register("_qkwh_stale", rel)
         try:
             for table in (*registry.get(analysis).table_names, "head_runs"):
-                extra = f" AND t.analysis = {store.quote_literal(analysis)}" if table == "head_runs" else ""
-                con.execute(f"DELETE FROM {store.quote_ident(table)} AS t USING _qkwh_stale AS s "
-                            "WHERE t.model_id = s.model_id AND t.layer = s.layer AND t.q_head = s.q_head "
-                            f"AND t.config_id = s.config_id{extra}")
+                extra = (
+                    f" AND t.analysis = {store.quote_literal(analysis)}"
+                    if table == "head_runs"
+                    else ""
+                )
+                con.execute(
+                    f"DELETE FROM {store.quote_ident(table)} AS t USING _qkwh_stale AS s "
+                    "WHERE t.model_id = s.model_id AND t.layer = s.layer AND t.q_head = s.q_head "
+                    f"AND t.config_id = s.config_id{extra}"
+                )
         finally:
-            with contextlib.suppress(duckdb.Error):  # in a failed transaction: report the DELETE's error
+            with contextlib.suppress(
+                duckdb.Error
+            ):  # in a failed transaction: report the DELETE's error
                 con.unregister("_qkwh_stale")
 
 
@@ -264,9 +339,19 @@ class BatchWriter:
     fingerprint), write one transaction (:func:`write_heads`), close.
     """
 
-    def __init__(self, warehouse: str | Path | None, config_ids: dict[str, str], previous: set[HeadSet], *,
-                 catalog: dict[str, str], make_current: bool = True, max_heads: int = 1024,
-                 max_seconds: float = 30.0, lock_wait: float | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        warehouse: str | Path | None,
+        config_ids: dict[str, str],
+        previous: set[HeadSet],
+        *,
+        catalog: dict[str, str],
+        make_current: bool = True,
+        max_heads: int = 1024,
+        max_seconds: float = 30.0,
+        lock_wait: float | None = None,
+        threads: int | None = None,
+    ):
         self.warehouse = warehouse
         self.config_ids = config_ids
         self.previous = previous
@@ -293,7 +378,10 @@ class BatchWriter:
 
     def flush(self) -> int:
         """Write every queued head now (one transaction).  Returns the heads written."""
-        batch, self.pending = self.pending, []  # a failed write loses only this batch: recomputed next run
+        batch, self.pending = (
+            self.pending,
+            [],
+        )  # a failed write loses only this batch: recomputed next run
         if not batch:
             return 0
         t0 = time.perf_counter()
@@ -304,8 +392,14 @@ class BatchWriter:
                     if self.threads:
                         con.execute(f"SET threads TO {int(self.threads)}")
                     self._check_catalog(con, {o.unit.model_id for o in batch})
-                    n = write_heads(con, batch, self.config_ids, self.previous, make_current=self.make_current,
-                                    made_current=self.made_current)
+                    n = write_heads(
+                        con,
+                        batch,
+                        self.config_ids,
+                        self.previous,
+                        make_current=self.make_current,
+                        made_current=self.made_current,
+                    )
                 except BaseException:
                     with contextlib.suppress(Exception):  # the first error is the one to report
                         con.close()
@@ -320,12 +414,18 @@ class BatchWriter:
         return n
 
     def _check_catalog(self, con: duckdb.DuckDBPyConnection, models: set[str]) -> None:
-        rows = dict(con.execute("SELECT model_id, source_fingerprint FROM models WHERE list_contains(?, model_id)",
-                                [sorted(models)]).fetchall())
+        rows = dict(
+            con.execute(
+                "SELECT model_id, source_fingerprint FROM models WHERE list_contains(?, model_id)",
+                [sorted(models)],
+            ).fetchall()
+        )
         changed = sorted(m for m in models if rows.get(m) != self.catalog.get(m))
         if changed:
-            raise QkwhError(f"model {', '.join(changed)} was re-ingested or removed while compute ran; "
-                            "its latest results were not written: run `qkwh compute` again")
+            raise QkwhError(
+                f"model {', '.join(changed)} was re-ingested or removed while compute ran; "
+                "its latest results were not written: run `qkwh compute` again"
+            )
 
     def close(self) -> None:
         """Write what is still queued (also after Ctrl-C: the heads received are whole)."""

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 _T = TypeVar("_T")
 
+
 class NoData(Exception):
     """A figure has nothing to draw; the message says why (shown in the report)."""
 
@@ -84,14 +85,32 @@ def slug(text: str) -> str:
 #: against dbt_project/models/marts).  Everything else (per-head compute tables, the catalog,
 #: staging and intermediate models) is off limits; the collages' raw vectors and axes are read
 #: by qkwh.reports.vectors alone.
-MARTS: frozenset[str] = frozenset({
-    "head_metrics", "head_taxonomy", "head_rotation_pairs", "taxonomy_fractions", "model_summary",
-    "model_metric_ci", "model_comparisons", "plasticity_length_bins", "plasticity_heatmap_model",
-    "plasticity_buckets_gap", "component_weights_model", "bias_decomposition",
-    "training_trajectory", "layer_profile", "family_correlations", "benchmark_joins",
-    "benchmark_correlations", "published_comparison", "taxonomy_classes", "depth_profile",
-    "benchmark_fits", "head_metric_fits",
-})
+MARTS: frozenset[str] = frozenset(
+    {
+        "head_metrics",
+        "head_taxonomy",
+        "head_rotation_pairs",
+        "taxonomy_fractions",
+        "model_summary",
+        "model_metric_ci",
+        "model_comparisons",
+        "plasticity_length_bins",
+        "plasticity_heatmap_model",
+        "plasticity_buckets_gap",
+        "component_weights_model",
+        "bias_decomposition",
+        "training_trajectory",
+        "layer_profile",
+        "family_correlations",
+        "benchmark_joins",
+        "benchmark_correlations",
+        "published_comparison",
+        "taxonomy_classes",
+        "depth_profile",
+        "benchmark_fits",
+        "head_metric_fits",
+    }
+)
 
 #: Marks a cross-model point cloud draws at most (a scatter of every head of 23 models x 300
 #: heads is a blot; its data would be most of the page).  Split evenly over the models.
@@ -136,8 +155,14 @@ class Marts:
     :mod:`qkwh.reports.vectors` only (the collages' vectors and axes).
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, models: Sequence[str], *,
-                 max_points: int = 1000, point_budget: int = POINT_BUDGET) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        models: Sequence[str],
+        *,
+        max_points: int = 1000,
+        point_budget: int = POINT_BUDGET,
+    ) -> None:
         self.con = con
         self.models: list[str] = list(models)
         self.max_points = int(max_points)
@@ -158,7 +183,9 @@ class Marts:
         if name not in self._columns:
             rows = self.con.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-                "AND table_name = ? ORDER BY ordinal_position", [name]).fetchall()
+                "AND table_name = ? ORDER BY ordinal_position",
+                [name],
+            ).fetchall()
             self._columns[name] = [r[0] for r in rows]
         return self._columns[name]
 
@@ -170,14 +197,17 @@ class Marts:
             rel = self.con.execute(sql, list(params))
             names = [d[0] for d in rel.description]
             isfinite = math.isfinite
-            rows = [tuple(v if v.__class__ is not float or isfinite(v) else None for v in row)
-                    for row in rel.fetchall()]
+            rows = [
+                tuple(v if v.__class__ is not float or isfinite(v) else None for v in row)
+                for row in rel.fetchall()
+            ]
             self._cache[key] = (names, rows)
         names, rows = self._cache[key]
         return [dict(zip(names, row)) for row in rows]
 
-    def rows(self, name: str, where: str = "", params: Sequence[Any] = (),
-             order: str = "") -> list[dict[str, Any]]:
+    def rows(
+        self, name: str, where: str = "", params: Sequence[Any] = (), order: str = ""
+    ) -> list[dict[str, Any]]:
         """Every row of mart ``name`` for the selected models (non-finite floats -> None).
 
         ``name`` must be one of :data:`MARTS`.  ``where`` is an extra SQL condition written by
@@ -212,9 +242,14 @@ class Marts:
             for lab in labels.values():
                 seen[lab] = seen.get(lab, 0) + 1
             self._info = {
-                m: ModelInfo(m, lab, rows.get(m, {}).get("family") or "unknown",
-                             lab if seen[lab] == 1 or lab == m else f"{lab} ({m})")
-                for m, lab in labels.items()}
+                m: ModelInfo(
+                    m,
+                    lab,
+                    rows.get(m, {}).get("family") or "unknown",
+                    lab if seen[lab] == 1 or lab == m else f"{lab} ({m})",
+                )
+                for m, lab in labels.items()
+            }
         return self._info.get(model_id) or ModelInfo(model_id, model_id, "unknown", model_id)
 
     def display(self, model_id: str) -> str:
@@ -236,11 +271,18 @@ class Marts:
             out.append(r)
         return out
 
-    def sample(self, rows: list[dict[str, Any]], what: str, keys: Sequence[str] = ("layer", "q_head"),
-               budget: int | None = None) -> list[dict[str, Any]]:
+    def sample(
+        self,
+        rows: list[dict[str, Any]],
+        what: str,
+        keys: Sequence[str] = ("layer", "q_head"),
+        budget: int | None = None,
+    ) -> list[dict[str, Any]]:
         """``rows`` (each with a model_id) cut to a cross-model point cloud a figure can show: see
         :func:`sample_points`.  The caption sentence saying what was left out goes to :attr:`notes`."""
-        kept, note = sample_points(rows, self.point_budget if budget is None else budget, keys, what)
+        kept, note = sample_points(
+            rows, self.point_budget if budget is None else budget, keys, what
+        )
         if note:
             self.notes.append(note)
         return kept
@@ -258,8 +300,12 @@ def _point_hash(row: dict[str, Any], keys: Sequence[str]) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
 
 
-def sample_points(rows: Sequence[dict[str, Any]], budget: int, keys: Sequence[str] = ("layer", "q_head"),
-                  what: str = "heads") -> tuple[list[dict[str, Any]], str]:
+def sample_points(
+    rows: Sequence[dict[str, Any]],
+    budget: int,
+    keys: Sequence[str] = ("layer", "q_head"),
+    what: str = "heads",
+) -> tuple[list[dict[str, Any]], str]:
     """At most ``ceil(budget / models)`` rows per model, and a caption sentence saying so ("" when
     nothing is left out).
 
@@ -279,9 +325,11 @@ def sample_points(rows: Sequence[dict[str, Any]], budget: int, keys: Sequence[st
     for ix in by_model.values():
         keep.update(sorted(ix, key=lambda i: _point_hash(rows[i], keys))[:cap])
     kept = [r for i, r in enumerate(rows) if i in keep]
-    return kept, (f"Points: {len(kept):,} of {len(rows):,} {what} drawn, at most {cap:,} per model, "
-                  f"the same ones in every report (those with the smallest hash of model, "
-                  f"{', '.join(_KEY_WORDS.get(k, k.replace('_', ' ')) for k in keys)}).")
+    return kept, (
+        f"Points: {len(kept):,} of {len(rows):,} {what} drawn, at most {cap:,} per model, "
+        f"the same ones in every report (those with the smallest hash of model, "
+        f"{', '.join(_KEY_WORDS.get(k, k.replace('_', ' ')) for k in keys)})."
+    )
 
 
 def table_of(records: Sequence[dict[str, Any]]) -> pa.Table:
@@ -343,14 +391,24 @@ def shades(color: str, n: int) -> list[str]:
     """``n`` shades of ``color`` from dark to light (the colour itself when n == 1)."""
     if n <= 1:
         return [color] * n
-    rgb = tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    rgb = tuple(int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
     h, light, s = colorsys.rgb_to_hls(*rgb)
     lo, hi = max(0.18, light - 0.22), min(0.74, light + 0.2)
     return [_hex(colorsys.hls_to_rgb(h, lo + (hi - lo) * i / (n - 1), s)) for i in range(n)]
 
 
-FAMILY_SHAPES = ["circle", "square", "triangle-up", "diamond", "cross", "triangle-down",
-                 "triangle-right", "triangle-left", "wedge", "stroke"]
+FAMILY_SHAPES = [
+    "circle",
+    "square",
+    "triangle-up",
+    "diamond",
+    "cross",
+    "triangle-down",
+    "triangle-right",
+    "triangle-left",
+    "wedge",
+    "stroke",
+]
 
 
 @dataclass(frozen=True)
@@ -361,21 +419,29 @@ class ModelLook:
     Records need ``model`` (the display label) and ``family`` (see :meth:`Marts.tag`).
     """
 
-    models: tuple[str, ...]      # display labels, in report order
+    models: tuple[str, ...]  # display labels, in report order
     colors: tuple[str, ...]
     families: tuple[str, ...]
     selection: Any
 
     def color(self, *, legend: bool = True, title: str = "model") -> alt.Color:
-        return alt.Color("model:N", title=title, sort=list(self.models),
-                         scale=alt.Scale(domain=list(self.models), range=list(self.colors)),
-                         legend=alt.Legend(symbolOpacity=1, symbolType="circle") if legend else None)
+        return alt.Color(
+            "model:N",
+            title=title,
+            sort=list(self.models),
+            scale=alt.Scale(domain=list(self.models), range=list(self.colors)),
+            legend=alt.Legend(symbolOpacity=1, symbolType="circle") if legend else None,
+        )
 
     def shape(self, *, legend: bool = True) -> alt.Shape:
-        return alt.Shape("family:N", title="family",
-                         scale=alt.Scale(domain=list(self.families),
-                                         range=(FAMILY_SHAPES * 3)[:len(self.families)]),
-                         legend=alt.Legend() if legend else None)
+        return alt.Shape(
+            "family:N",
+            title="family",
+            scale=alt.Scale(
+                domain=list(self.families), range=(FAMILY_SHAPES * 3)[: len(self.families)]
+            ),
+            legend=alt.Legend() if legend else None,
+        )
 
     def opacity(self, on: float = 0.9, off: float = 0.08) -> Any:
         return alt.condition(self.selection, alt.value(on), alt.value(off))
@@ -399,8 +465,9 @@ def model_look(marts: Marts, model_ids: Iterable[str] | None = None) -> ModelLoo
             colors[m] = c
     fams = tuple(dict.fromkeys(marts.family_of(m) for m in present))
     sel = alt.selection_point(fields=["model"], bind="legend", name="model_pick")
-    return ModelLook(tuple(marts.display(m) for m in present), tuple(colors[m] for m in present),
-                     fams, sel)
+    return ModelLook(
+        tuple(marts.display(m) for m in present), tuple(colors[m] for m in present), fams, sel
+    )
 
 
 def model_sort(marts: Marts, model_ids: Iterable[str] | None = None) -> list[str]:
@@ -411,20 +478,40 @@ def model_sort(marts: Marts, model_ids: Iterable[str] | None = None) -> list[str
 
 def model_tooltip(*extra: Any) -> list[Any]:
     """Tooltip fields naming the model (display label, id, family) before ``extra``."""
-    return [alt.Tooltip("model:N", title="model"), alt.Tooltip("model_id:N", title="model id"),
-            alt.Tooltip("family:N", title="family"), *extra]
+    return [
+        alt.Tooltip("model:N", title="model"),
+        alt.Tooltip("model_id:N", title="model id"),
+        alt.Tooltip("family:N", title="family"),
+        *extra,
+    ]
 
 
 #: Fonts and sizes that stay legible in a PNG at paper size (the spec's top-level ``config``).
 CONFIG: dict[str, Any] = {
     "font": "Liberation Sans, DejaVu Sans, Helvetica, Arial, sans-serif",
-    "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal", "labelLimit": 260,
-             "titlePadding": 8},
-    "legend": {"labelFontSize": 12, "titleFontSize": 12, "titleFontWeight": "bold", "labelLimit": 260,
-               "titleLimit": 320, "symbolLimit": 100},  # Vega drops entries past 30: a corpus has more models
+    "axis": {
+        "labelFontSize": 12,
+        "titleFontSize": 13,
+        "titleFontWeight": "normal",
+        "labelLimit": 260,
+        "titlePadding": 8,
+    },
+    "legend": {
+        "labelFontSize": 12,
+        "titleFontSize": 12,
+        "titleFontWeight": "bold",
+        "labelLimit": 260,
+        "titleLimit": 320,
+        "symbolLimit": 100,
+    },  # Vega drops entries past 30: a corpus has more models
     "header": {"labelFontSize": 13, "titleFontSize": 13, "labelLimit": 400},
-    "title": {"fontSize": 15, "subtitleFontSize": 12, "anchor": "start", "offset": 10,
-              "subtitleColor": "#444"},
+    "title": {
+        "fontSize": 15,
+        "subtitleFontSize": 12,
+        "anchor": "start",
+        "offset": 10,
+        "subtitleColor": "#444",
+    },
     "view": {"stroke": "#ccc"},
 }
 
@@ -434,8 +521,11 @@ def with_config(spec: dict[str, Any]) -> dict[str, Any]:
     as ``chart.configure(...)``, without copying the chart (and its data) once per call."""
     config = dict(spec.get("config") or {})
     for key, value in CONFIG.items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) and isinstance(
-            config.get(key), dict) else value
+        config[key] = (
+            {**config[key], **value}
+            if isinstance(value, dict) and isinstance(config.get(key), dict)
+            else value
+        )
     spec["config"] = config
     return spec
 

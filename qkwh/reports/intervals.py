@@ -43,31 +43,47 @@ class Intervals:
         self.marts = marts
         self.available = marts.has(CI_MART)
         wanted = sorted(set(metrics))
-        rows = (marts.rows(CI_MART, "list_contains(?::VARCHAR[], metric)", [wanted])
-                if self.available else [])
+        rows = (
+            marts.rows(CI_MART, "list_contains(?::VARCHAR[], metric)", [wanted])
+            if self.available
+            else []
+        )
         self._by = {(r["model_id"], r["metric"]): r for r in rows}
         self._used: dict[tuple[str, str], dict[str, Any]] = {}
 
     def row(self, model_id: str, metric: str) -> dict[str, Any] | None:
         return self._by.get((model_id, metric))
 
-    def fields(self, model_id: str, metric: str,
-               transform: Callable[[float], float] | None = None) -> dict[str, Any]:
+    def fields(
+        self, model_id: str, metric: str, transform: Callable[[float], float] | None = None
+    ) -> dict[str, Any]:
         """``ci_low``, ``ci_high`` (through ``transform``, e.g. a unit scale or 1 − x; the bounds
         are re-ordered if it decreases), ``interval`` (text for tooltips) and ``n_layers``."""
         r = self.row(model_id, metric)
         if r is None:
-            why = "not in model_metric_ci" if self.available else "no model_metric_ci (run `qkwh build`)"
+            why = (
+                "not in model_metric_ci"
+                if self.available
+                else "no model_metric_ci (run `qkwh build`)"
+            )
             return {"ci_low": None, "ci_high": None, "interval": f"none: {why}", "n_layers": None}
         self._used[(model_id, metric)] = r
         lo, hi = r.get("ci_low"), r.get("ci_high")
         if lo is None or hi is None:
-            return {"ci_low": None, "ci_high": None,
-                    "interval": f"none: {r.get('note') or 'no interval'}", "n_layers": r.get("n_layers")}
+            return {
+                "ci_low": None,
+                "ci_high": None,
+                "interval": f"none: {r.get('note') or 'no interval'}",
+                "n_layers": r.get("n_layers"),
+            }
         if transform is not None:
             lo, hi = sorted((transform(lo), transform(hi)))
-        return {"ci_low": lo, "ci_high": hi, "interval": f"[{fmt(lo)}, {fmt(hi)}] ({pct(r['level'])})",
-                "n_layers": r.get("n_layers")}
+        return {
+            "ci_low": lo,
+            "ci_high": hi,
+            "interval": f"[{fmt(lo)}, {fmt(hi)}] ({pct(r['level'])})",
+            "n_layers": r.get("n_layers"),
+        }
 
     def caption(self, what: str = "Error bars") -> str:
         """What the drawn intervals are, and which models have none (and why)."""
@@ -82,11 +98,16 @@ class Intervals:
             levels = " / ".join(pct(v) for v in sorted({r["level"] for r in with_ci}))
             boots = " / ".join(f"{v:,}" for v in sorted({r["n_boot"] for r in with_ci}))
             methods = sorted({r.get("method") or "" for r in with_ci})
-            kind = ("layer-cluster bootstrap percentile interval"
-                    if methods == ["layer_cluster_bootstrap_percentile"] else ", ".join(methods))
-            parts.append(f"{what}: {levels} {kind} of the model value (model_metric_ci): the "
-                         f"model's layers are redrawn with replacement, B = {boots} replicates, "
-                         "all heads of a drawn layer counting together.")
+            kind = (
+                "layer-cluster bootstrap percentile interval"
+                if methods == ["layer_cluster_bootstrap_percentile"]
+                else ", ".join(methods)
+            )
+            parts.append(
+                f"{what}: {levels} {kind} of the model value (model_metric_ci): the "
+                f"model's layers are redrawn with replacement, B = {boots} replicates, "
+                "all heads of a drawn layer counting together."
+            )
         else:
             parts.append(f"{what}: none drawn.")
         missing: dict[str, set[str]] = {}
@@ -117,8 +138,14 @@ def errorbar(base: alt.Chart, like: alt.X | alt.Y, **mark: Any) -> alt.Chart:
 
 def point_marks(base: alt.Chart, size: int = 60, **encode: Any) -> list[alt.Chart]:
     """Filled points where an interval exists, hollow points (white fill) where it does not."""
-    filled = base.transform_filter("datum.ci_low != null").mark_point(
-        filled=True, size=size, opacity=1).encode(**encode)
-    hollow = base.transform_filter(NO_INTERVAL).mark_point(
-        filled=False, size=size, strokeWidth=2, fill="white", opacity=1).encode(**encode)
+    filled = (
+        base.transform_filter("datum.ci_low != null")
+        .mark_point(filled=True, size=size, opacity=1)
+        .encode(**encode)
+    )
+    hollow = (
+        base.transform_filter(NO_INTERVAL)
+        .mark_point(filled=False, size=size, strokeWidth=2, fill="white", opacity=1)
+        .encode(**encode)
+    )
     return [filled, hollow]

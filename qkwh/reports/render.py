@@ -66,6 +66,7 @@ MODEL_DIR = "models"  # one page per model: its per-model figures
 VENDOR_JS = "vega.js"  # Vega, Vega-Lite and vega-embed, loaded by every page from the report folder
 VL_VERSION = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])  # e.g. "6.4"
 
+
 @dataclass(frozen=True)
 class RenderedFigure:
     """One drawn figure and its files (paths absolute): the page showing it (index.html for a
@@ -118,8 +119,10 @@ class ReportResult:
         left = f", {len(self.skipped)} left out" if self.skipped else ""
         bad = f" ({len(self.failed)} failed)" if self.failed else ""
         pages = f" and {len(self.model_pages)} model page(s)" if self.model_pages else ""
-        return (f"{len(self.figures)} figures for {len(self.models)} model(s){left}{bad} "
-                f"in {self.seconds:.1f}s: {self.index}{pages}")
+        return (
+            f"{len(self.figures)} figures for {len(self.models)} model(s){left}{bad} "
+            f"in {self.seconds:.1f}s: {self.index}{pages}"
+        )
 
     def __str__(self) -> str:
         return str(self.index)
@@ -182,8 +185,10 @@ def render(
     static = {}
     if formats:
         with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
-            static = {fid: pool.submit(_write_static, fig_dir, fid, spec, formats, scale)
-                      for _, fid, _, spec, _ in built}
+            static = {
+                fid: pool.submit(_write_static, fig_dir, fid, spec, formats, scale)
+                for _, fid, _, spec, _ in built
+            }
     for fig, fid, model_id, spec, caption in built:
         png = svg = None
         if fid in static:
@@ -193,15 +198,35 @@ def render(
                 if strict:
                     raise
                 log.warning("figure %s failed to render: %s", fid, exc)
-                skipped.append(SkippedFigure(fid, fig.section, fig.title, f"failed to render: {exc}",
-                                             model_id, failed=True))
+                skipped.append(
+                    SkippedFigure(
+                        fid,
+                        fig.section,
+                        fig.title,
+                        f"failed to render: {exc}",
+                        model_id,
+                        failed=True,
+                    )
+                )
                 continue
         text = json.dumps(spec, separators=(",", ":"))
         spec_path = fig_dir / f"{fid}.vl.json"
         spec_path.write_text(text, encoding="utf-8")
         specs[fid] = text
-        figures.append(RenderedFigure(fid, fig.section, fig.title, caption, fig.sources,
-                                      model_id, png, svg, spec_path, pages[model_id]))
+        figures.append(
+            RenderedFigure(
+                fid,
+                fig.section,
+                fig.title,
+                caption,
+                fig.sources,
+                model_id,
+                png,
+                svg,
+                spec_path,
+                pages[model_id],
+            )
+        )
 
     wh = store.resolve_warehouse(warehouse)
     (out_dir / VENDOR_JS).write_text(_js_bundle(), encoding="utf-8")
@@ -212,13 +237,24 @@ def render(
         page = pages.get(info.model_id)
         if page is not None:
             page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(_model_html(head, info, figures, skipped, specs, pages, out_dir),
-                            encoding="utf-8")
+            page.write_text(
+                _model_html(head, info, figures, skipped, specs, pages, out_dir), encoding="utf-8"
+            )
     fig_index = out_dir / "figures.json"
-    fig_index.write_text(json.dumps(_index_json(figures, skipped, selected, wh, out_dir, pages), indent=2),
-                         encoding="utf-8")
-    return ReportResult(out_dir, index, tuple(figures), tuple(skipped), tuple(selected),
-                        time.perf_counter() - t0, fig_index, tuple(p for m, p in pages.items() if m))
+    fig_index.write_text(
+        json.dumps(_index_json(figures, skipped, selected, wh, out_dir, pages), indent=2),
+        encoding="utf-8",
+    )
+    return ReportResult(
+        out_dir,
+        index,
+        tuple(figures),
+        tuple(skipped),
+        tuple(selected),
+        time.perf_counter() - t0,
+        fig_index,
+        tuple(p for m, p in pages.items() if m),
+    )
 
 
 def _clear(out_dir: Path) -> None:
@@ -230,8 +266,12 @@ def _clear(out_dir: Path) -> None:
         old.unlink()
 
 
-def _pages(infos: Sequence[ModelInfo], built: Sequence[tuple], skipped: Sequence[SkippedFigure],
-           out_dir: Path) -> dict[str | None, Path]:
+def _pages(
+    infos: Sequence[ModelInfo],
+    built: Sequence[tuple],
+    skipped: Sequence[SkippedFigure],
+    out_dir: Path,
+) -> dict[str | None, Path]:
     """The page of every figure: ``None`` (cross-model) -> index.html, a model -> its own page
     (only models with per-model figures drawn or left out get one)."""
     pages: dict[str | None, Path] = {None: out_dir / "index.html"}
@@ -268,18 +308,22 @@ def _open(warehouse: str | Path | None):
 
 def _models(con: Any, wanted: Sequence[str] | None) -> list[str]:
     if "model_summary" not in relations(con):
-        raise QkwhError("the warehouse has no marts (model_summary missing): run `qkwh build` first")
+        raise QkwhError(
+            "the warehouse has no marts (model_summary missing): run `qkwh build` first"
+        )
     ordered = ordered_models(con)
     if not ordered:
-        raise QkwhError("the warehouse has no models: run `qkwh ingest`, `qkwh compute` and "
-                        "`qkwh build` first")
+        raise QkwhError(
+            "the warehouse has no models: run `qkwh ingest`, `qkwh compute` and `qkwh build` first"
+        )
     if not wanted:
         return ordered
     wanted = [m for m in wanted if m]
     missing = [m for m in wanted if m not in ordered]
     if missing:
-        raise NotFoundError(f"no model {', '.join(map(repr, missing))} in the marts "
-                            f"(have: {', '.join(ordered)})")
+        raise NotFoundError(
+            f"no model {', '.join(map(repr, missing))} in the marts (have: {', '.join(ordered)})"
+        )
     return [m for m in ordered if m in set(wanted)]
 
 
@@ -288,11 +332,16 @@ def _select(wanted: Sequence[str] | None) -> tuple[FigureDef, ...]:
         return CATALOGUE
     picked = []
     for w in wanted:
-        hits = [f for f in CATALOGUE
-                if w.lower() in (f.key, f.section.lower()) or f.key.startswith(w.lower() + "-")]
+        hits = [
+            f
+            for f in CATALOGUE
+            if w.lower() in (f.key, f.section.lower()) or f.key.startswith(w.lower() + "-")
+        ]
         if not hits:
-            raise QkwhError(f"no figure {w!r}; figures: {', '.join(f.key for f in CATALOGUE)}; "
-                            f"sections: {', '.join(SECTIONS)}")
+            raise QkwhError(
+                f"no figure {w!r}; figures: {', '.join(f.key for f in CATALOGUE)}; "
+                f"sections: {', '.join(SECTIONS)}"
+            )
         picked += [f for f in hits if f not in picked]
     return tuple(f for f in CATALOGUE if f in picked)
 
@@ -320,9 +369,16 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
                 if strict:
                     raise
                 log.warning("figure %s failed: %s", fid, exc)
-                skipped.append(SkippedFigure(fid, fig.section, fig.title,
-                                             f"failed: {type(exc).__name__}: {exc}", model_id,
-                                             failed=True))
+                skipped.append(
+                    SkippedFigure(
+                        fid,
+                        fig.section,
+                        fig.title,
+                        f"failed: {type(exc).__name__}: {exc}",
+                        model_id,
+                        failed=True,
+                    )
+                )
                 continue
             built.append((fig, fid, model_id, spec, caption))
     return built, skipped
@@ -388,12 +444,15 @@ def _spec(chart: Any) -> dict[str, Any]:
     error = best_match(_validator().iter_errors(bare))
     if error is not None:
         where = "/".join(map(str, error.absolute_path)) or "top level"
-        raise ValueError(f"not a valid Vega-Lite {VL_VERSION} spec at {where}: {error.message[:300]}")
+        raise ValueError(
+            f"not a valid Vega-Lite {VL_VERSION} spec at {where}: {error.message[:300]}"
+        )
     return spec
 
 
-def _write_static(fig_dir: Path, fid: str, spec: dict[str, Any], formats: Sequence[str],
-                  scale: float) -> tuple[Path | None, Path | None]:
+def _write_static(
+    fig_dir: Path, fid: str, spec: dict[str, Any], formats: Sequence[str], scale: float
+) -> tuple[Path | None, Path | None]:
     """The figure's SVG and / or PNG (``qkwh report --static``)."""
     png = svg = None
     text = vlc.vegalite_to_svg(spec, vl_version=VL_VERSION)
@@ -523,13 +582,16 @@ class _Head:
 
     infos: Sequence[ModelInfo]
     warehouse: Path
-    generated: str = field(default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime(
-        "%Y-%m-%d %H:%M UTC"))
+    generated: str = field(
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
 
     def meta(self) -> str:
-        return (f"<p>warehouse <code>{_esc(self.warehouse)}</code> · generated {self.generated} · "
-                f"qkwh {__version__} · Vega {vlc.get_vega_version()} · Vega-Lite {VL_VERSION} "
-                f"(<code>{VENDOR_JS}</code> in the report folder: works offline)</p>")
+        return (
+            f"<p>warehouse <code>{_esc(self.warehouse)}</code> · generated {self.generated} · "
+            f"qkwh {__version__} · Vega {vlc.get_vega_version()} · Vega-Lite {VL_VERSION} "
+            f"(<code>{VENDOR_JS}</code> in the report folder: works offline)</p>"
+        )
 
 
 def _href(path: Path, page: Path, anchor: str = "") -> str:
@@ -541,72 +603,101 @@ def _href(path: Path, page: Path, anchor: str = "") -> str:
 
 
 def _start(title: str, parts: list[str]) -> None:
-    parts.append("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
-    parts.append("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
+    parts.append('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">')
+    parts.append('<meta name="viewport" content="width=device-width, initial-scale=1">')
     parts.append(f"<title>{_esc(title)}</title>")
     parts.append(f"<style>{_CSS}</style></head><body>")
 
 
 def _end(page: Path, out: Path, parts: list[str]) -> str:
     parts.append("</main>")
-    parts.append(f"<script src=\"{_href(out / VENDOR_JS, page)}\"></script>")
+    parts.append(f'<script src="{_href(out / VENDOR_JS, page)}"></script>')
     parts.append(f"<script>{_JS}</script>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
-def _model_jump(head: _Head, pages: dict[str | None, Path], page: Path, current: str | None = None) -> str:
+def _model_jump(
+    head: _Head, pages: dict[str | None, Path], page: Path, current: str | None = None
+) -> str:
     """A selector opening a model's page (a plain list of links is on the index too)."""
-    opts = ["<option value=\"\">choose a model…</option>"]
+    opts = ['<option value="">choose a model…</option>']
     for i in head.infos:
         if i.model_id in pages:
             sel = " selected" if i.model_id == current else ""
-            opts.append(f"<option value=\"{_href(pages[i.model_id], page)}\"{sel}>{_esc(i.display)}</option>")
+            opts.append(
+                f'<option value="{_href(pages[i.model_id], page)}"{sel}>{_esc(i.display)}</option>'
+            )
     if len(opts) == 1:
         return ""
-    return ("<label class=\"jump\">per-model figures: <select onchange=\"if (this.value) "
-            f"location.href = this.value\">{''.join(opts)}</select></label>")
+    return (
+        '<label class="jump">per-model figures: <select onchange="if (this.value) '
+        f'location.href = this.value">{"".join(opts)}</select></label>'
+    )
 
 
 def _figure(f: RenderedFigure, spec: str, page: Path, parts: list[str]) -> None:
-    links = " · ".join(f"<a href=\"{_href(p, page)}\">{k}</a>"
-                       for k, p in (("Vega-Lite spec", f.spec), ("PNG", f.png), ("SVG", f.svg)) if p)
-    parts.append(f"<figure class=\"fig\" id=\"fig-{_esc(f.id)}\">")
+    links = " · ".join(
+        f'<a href="{_href(p, page)}">{k}</a>'
+        for k, p in (("Vega-Lite spec", f.spec), ("PNG", f.png), ("SVG", f.svg))
+        if p
+    )
+    parts.append(f'<figure class="fig" id="fig-{_esc(f.id)}">')
     parts.append(f"<h3>{_esc(f.title)}</h3>")
-    parts.append(f"<p class=\"caption\">{_esc(f.caption)}</p>")
-    parts.append(f"<div class=\"vis\" id=\"vis-{_esc(f.id)}\"></div>")
+    parts.append(f'<p class="caption">{_esc(f.caption)}</p>')
+    parts.append(f'<div class="vis" id="vis-{_esc(f.id)}"></div>')
     safe = spec.replace("</", "<\\/")  # no "</script>" inside the JSON
-    parts.append(f"<script type=\"application/json\" class=\"vl-spec\" "
-                 f"data-figure=\"{_esc(f.id)}\">{safe}</script>")
-    parts.append(f"<p class=\"meta\">id <code>{_esc(f.id)}</code> · from "
-                 f"{_esc(', '.join(f.sources))} · {links}</p></figure>")
+    parts.append(
+        f'<script type="application/json" class="vl-spec" '
+        f'data-figure="{_esc(f.id)}">{safe}</script>'
+    )
+    parts.append(
+        f'<p class="meta">id <code>{_esc(f.id)}</code> · from '
+        f"{_esc(', '.join(f.sources))} · {links}</p></figure>"
+    )
 
 
-def _left_out(skipped: Sequence[SkippedFigure], parts: list[str], title: str, with_models: bool) -> None:
+def _left_out(
+    skipped: Sequence[SkippedFigure], parts: list[str], title: str, with_models: bool
+) -> None:
     if not skipped:
         return
-    parts.append(f"<div class=\"note\">{title}<ul>")
+    parts.append(f'<div class="note">{title}<ul>')
     for s, mods in _skip_groups(skipped):
         who = f" [{_esc(', '.join(mods))}]" if mods and with_models else ""
-        parts.append(f"<li><strong>{_esc(s.title)}</strong> ({_esc(s.section)}){who}: {_esc(s.reason)}</li>")
+        parts.append(
+            f"<li><strong>{_esc(s.title)}</strong> ({_esc(s.section)}){who}: {_esc(s.reason)}</li>"
+        )
     parts.append("</ul></div>")
 
 
-def _sections(figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure], specs: dict[str, str],
-              page: Path, parts: list[str], with_models: bool) -> None:
+def _sections(
+    figures: Sequence[RenderedFigure],
+    skipped: Sequence[SkippedFigure],
+    specs: dict[str, str],
+    page: Path,
+    parts: list[str],
+    with_models: bool,
+) -> None:
     for section in SECTIONS:
         figs = [f for f in figures if f.section == section]
         skips = [s for s in skipped if s.section == section]
         if not figs and not skips:
             continue
-        parts.append(f"<h2 id=\"section-{slug(section)}\">{_esc(section)}</h2>")
+        parts.append(f'<h2 id="section-{slug(section)}">{_esc(section)}</h2>')
         _left_out(skips, parts, "Left out here:", with_models)
         for f in figs:
             _figure(f, specs[f.id], page, parts)
 
 
-def _index_html(head: _Head, figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure],
-                specs: dict[str, str], pages: dict[str | None, Path], out: Path) -> str:
+def _index_html(
+    head: _Head,
+    figures: Sequence[RenderedFigure],
+    skipped: Sequence[SkippedFigure],
+    specs: dict[str, str],
+    pages: dict[str | None, Path],
+    out: Path,
+) -> str:
     page = pages[None]
     ids = [i.model_id for i in head.infos]
     cross = [f for f in figures if f.model_id is None]
@@ -619,65 +710,89 @@ def _index_html(head: _Head, figures: Sequence[RenderedFigure], skipped: Sequenc
     parts.append(head.meta())
     parts.append("</header><main>")
     sections = [s for s in SECTIONS if any(f.section == s for f in cross)]
-    nav = [f"<a href=\"#section-{slug(s)}\">{_esc(s)}</a>" for s in sections]
-    nav += ["<a href=\"#models\">models</a>", "<a href=\"#figure-index\">figure index</a>"]
-    parts.append(f"<nav class=\"top\">{' · '.join(nav)} {_model_jump(head, pages, page)}</nav>")
-    parts.append("<p class=\"caption\">This page holds the figures across models; each model's own "
-                 "figures (collages, heatmaps, head profiles) are on its page: pick it above or in the "
-                 "<a href=\"#models\">model list</a>. Hover a mark for its model, layer and head; click a "
-                 "model in a legend to pick it (shift-click for several, double-click to reset). Error "
-                 "bars and bands are intervals: each caption says which. A figure's menu (…) saves it "
-                 "as PNG or SVG; <code>qkwh report --static</code> writes both for every figure into "
-                 "<code>figures/</code>.</p>")
+    nav = [f'<a href="#section-{slug(s)}">{_esc(s)}</a>' for s in sections]
+    nav += ['<a href="#models">models</a>', '<a href="#figure-index">figure index</a>']
+    parts.append(f'<nav class="top">{" · ".join(nav)} {_model_jump(head, pages, page)}</nav>')
+    parts.append(
+        '<p class="caption">This page holds the figures across models; each model\'s own '
+        "figures (collages, heatmaps, head profiles) are on its page: pick it above or in the "
+        '<a href="#models">model list</a>. Hover a mark for its model, layer and head; click a '
+        "model in a legend to pick it (shift-click for several, double-click to reset). Error "
+        "bars and bands are intervals: each caption says which. A figure's menu (…) saves it "
+        "as PNG or SVG; <code>qkwh report --static</code> writes both for every figure into "
+        "<code>figures/</code>.</p>"
+    )
     if not cross:
-        parts.append("<p class=\"note\">No cross-model figure was drawn.</p>")
+        parts.append('<p class="note">No cross-model figure was drawn.</p>')
     _sections(cross, [s for s in skipped if s.model_id is None], specs, page, parts, True)
 
     # the models and their pages
-    parts.append("<h2 id=\"models\">Models</h2>")
+    parts.append('<h2 id="models">Models</h2>')
     keys = list(dict.fromkeys(f.id[: -len(slug(f.model_id)) - 1] for f in per_model))
     titles = {f.id[: -len(slug(f.model_id)) - 1]: f.title for f in per_model}
     drawn = {f.id for f in per_model}
-    parts.append("<table class=\"index\"><tr><th>#</th><th>model</th><th>model id</th><th>family</th>"
-                 + "".join(f"<th>{_esc(titles[k])}</th>" for k in keys) + "</tr>")
+    parts.append(
+        '<table class="index"><tr><th>#</th><th>model</th><th>model id</th><th>family</th>'
+        + "".join(f"<th>{_esc(titles[k])}</th>" for k in keys)
+        + "</tr>"
+    )
     for n, info in enumerate(head.infos, 1):
         mp = pages.get(info.model_id)
-        name = (f"<a href=\"{_href(mp, page)}\">{_esc(info.display)}</a>" if mp else _esc(info.display))
+        name = f'<a href="{_href(mp, page)}">{_esc(info.display)}</a>' if mp else _esc(info.display)
         cells = []
         for k in keys:
             fid = f"{k}-{slug(info.model_id)}"
-            cells.append(f"<td><a href=\"{_href(mp, page, 'fig-' + fid)}\">figure</a></td>"
-                         if mp and fid in drawn else "<td>–</td>")
-        parts.append(f"<tr><td>{n}</td><td>{name}</td><td><code>{_esc(info.model_id)}</code></td>"
-                     f"<td>{_esc(info.family)}</td>{''.join(cells)}</tr>")
+            cells.append(
+                f'<td><a href="{_href(mp, page, "fig-" + fid)}">figure</a></td>'
+                if mp and fid in drawn
+                else "<td>–</td>"
+            )
+        parts.append(
+            f"<tr><td>{n}</td><td>{name}</td><td><code>{_esc(info.model_id)}</code></td>"
+            f"<td>{_esc(info.family)}</td>{''.join(cells)}</tr>"
+        )
     parts.append("</table>")
 
     # figure index
-    parts.append("<h2 id=\"figure-index\">Figure index</h2>")
-    parts.append("<table class=\"index\"><tr><th>#</th><th>figure</th><th>section</th><th>where</th>"
-                 "<th>source marts / tables</th></tr>")
+    parts.append('<h2 id="figure-index">Figure index</h2>')
+    parts.append(
+        '<table class="index"><tr><th>#</th><th>figure</th><th>section</th><th>where</th>'
+        "<th>source marts / tables</th></tr>"
+    )
     n = 0
     for f in cross:
         n += 1
-        parts.append(f"<tr><td>{n}</td><td><a href=\"#fig-{_esc(f.id)}\">{_esc(f.title)}</a></td>"
-                     f"<td>{_esc(f.section)}</td><td>this page</td><td>{_esc(', '.join(f.sources))}</td></tr>")
+        parts.append(
+            f'<tr><td>{n}</td><td><a href="#fig-{_esc(f.id)}">{_esc(f.title)}</a></td>'
+            f"<td>{_esc(f.section)}</td><td>this page</td><td>{_esc(', '.join(f.sources))}</td></tr>"
+        )
     for k in keys:
         first = next(f for f in per_model if f.id.startswith(k + "-") and f.title == titles[k])
         count = sum(1 for f in per_model if f.id == f"{k}-{slug(f.model_id)}")
         n += 1
-        parts.append(f"<tr><td>{n}</td><td>{_esc(titles[k])}</td><td>{_esc(first.section)}</td>"
-                     f"<td><a href=\"#models\">each model's page</a> ({count})</td>"
-                     f"<td>{_esc(', '.join(first.sources))}</td></tr>")
+        parts.append(
+            f"<tr><td>{n}</td><td>{_esc(titles[k])}</td><td>{_esc(first.section)}</td>"
+            f'<td><a href="#models">each model\'s page</a> ({count})</td>'
+            f"<td>{_esc(', '.join(first.sources))}</td></tr>"
+        )
     parts.append("</table>")
     if skipped:
-        parts.append("<div id=\"left-out\"></div>")
-        _left_out(skipped, parts, "<strong>Left out</strong> (figures without data are not drawn):", True)
+        parts.append('<div id="left-out"></div>')
+        _left_out(
+            skipped, parts, "<strong>Left out</strong> (figures without data are not drawn):", True
+        )
     return _end(page, out, parts)
 
 
-def _model_html(head: _Head, info: ModelInfo, figures: Sequence[RenderedFigure],
-                skipped: Sequence[SkippedFigure], specs: dict[str, str], pages: dict[str | None, Path],
-                out: Path) -> str:
+def _model_html(
+    head: _Head,
+    info: ModelInfo,
+    figures: Sequence[RenderedFigure],
+    skipped: Sequence[SkippedFigure],
+    specs: dict[str, str],
+    pages: dict[str | None, Path],
+    out: Path,
+) -> str:
     page = pages[info.model_id]
     index = pages[None]
     mine = [f for f in figures if f.model_id == info.model_id]
@@ -687,27 +802,36 @@ def _model_html(head: _Head, info: ModelInfo, figures: Sequence[RenderedFigure],
     parts: list[str] = []
     _start(f"qkwh report: {info.display}", parts)
     parts.append(f"<header><h1>{_esc(info.display)}</h1>")
-    parts.append(f"<p>model id <code>{_esc(info.model_id)}</code> · family {_esc(info.family)} · "
-                 f"model {at + 1} of {len(order)}</p>")
+    parts.append(
+        f"<p>model id <code>{_esc(info.model_id)}</code> · family {_esc(info.family)} · "
+        f"model {at + 1} of {len(order)}</p>"
+    )
     parts.append(head.meta())
     parts.append("</header><main>")
-    nav = [f"<a href=\"{_href(index, page)}\">all models: cross-model figures</a>"]
+    nav = [f'<a href="{_href(index, page)}">all models: cross-model figures</a>']
     if at > 0:
         prev = next(i for i in head.infos if i.model_id == order[at - 1])
-        nav.append(f"<a href=\"{_href(pages[prev.model_id], page)}\">← {_esc(prev.display)}</a>")
+        nav.append(f'<a href="{_href(pages[prev.model_id], page)}">← {_esc(prev.display)}</a>')
     if at + 1 < len(order):
         nxt = next(i for i in head.infos if i.model_id == order[at + 1])
-        nav.append(f"<a href=\"{_href(pages[nxt.model_id], page)}\">{_esc(nxt.display)} →</a>")
-    parts.append(f"<nav class=\"top\">{' · '.join(nav)} {_model_jump(head, pages, page, info.model_id)}</nav>")
+        nav.append(f'<a href="{_href(pages[nxt.model_id], page)}">{_esc(nxt.display)} →</a>')
+    parts.append(
+        f'<nav class="top">{" · ".join(nav)} {_model_jump(head, pages, page, info.model_id)}</nav>'
+    )
     if not mine:
-        parts.append("<p class=\"note\">No per-model figure was drawn for this model.</p>")
+        parts.append('<p class="note">No per-model figure was drawn for this model.</p>')
     _sections(mine, skips, specs, page, parts, False)
     return _end(page, out, parts)
 
 
-def _index_json(figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure],
-                models: Sequence[str], warehouse: Path, out: Path,
-                pages: dict[str | None, Path]) -> dict[str, Any]:
+def _index_json(
+    figures: Sequence[RenderedFigure],
+    skipped: Sequence[SkippedFigure],
+    models: Sequence[str],
+    warehouse: Path,
+    out: Path,
+    pages: dict[str | None, Path],
+) -> dict[str, Any]:
     def fig(f: RenderedFigure) -> dict[str, Any]:
         d = asdict(f)
         for k in ("png", "svg", "spec", "page"):

@@ -39,7 +39,11 @@ def _set_filter(marts: Marts, table: str, model_id: str) -> tuple[str, list[Any]
     """SQL condition and parameters keeping the rows of the parameter set the marts report (none
     when the marts predate the config_id columns)."""
     col = _SET_COLUMN[table]
-    rows = marts.rows("model_summary", "model_id = ?", [model_id]) if marts.has("model_summary") else []
+    rows = (
+        marts.rows("model_summary", "model_id = ?", [model_id])
+        if marts.has("model_summary")
+        else []
+    )
     if not rows or col not in rows[0]:
         return "", []
     return " AND config_id IS NOT DISTINCT FROM ?", [rows[0][col]]
@@ -65,7 +69,8 @@ def heads_with_axes(marts: Marts, table: str, model_id: str, axes: Sequence[str]
         f'SELECT layer, q_head, any_value(k_head) FROM "{table}" '
         f"WHERE model_id = ? AND list_contains(?::VARCHAR[], axis){cond} "
         "GROUP BY layer, q_head HAVING count(DISTINCT axis) = ? ORDER BY layer, q_head",
-        [model_id, list(axes), *args, len(set(axes))]).fetchall()
+        [model_id, list(axes), *args, len(set(axes))],
+    ).fetchall()
     return [Head(int(layer), int(q), int(k)) for layer, q, k in rows]
 
 
@@ -74,7 +79,9 @@ def complement_axes(marts: Marts, model_id: str, head: Head) -> list[int]:
     cond, args = _set_filter(marts, "rotation_axes", model_id)
     names = marts.con.execute(
         "SELECT axis FROM rotation_axes WHERE model_id = ? AND layer = ? AND q_head = ? "
-        f"AND regexp_full_match(axis, 'w[0-9]+'){cond}", [model_id, head.layer, head.q_head, *args]).fetchall()
+        f"AND regexp_full_match(axis, 'w[0-9]+'){cond}",
+        [model_id, head.layer, head.q_head, *args],
+    ).fetchall()
     return sorted(int(n[0][1:]) for n in names)
 
 
@@ -86,12 +93,15 @@ def seeded_sample(heads: list[Head], n: int = 4, seed: int = 42) -> list[Head]:
     return sorted(picked, key=lambda h: (h.layer, h.q_head))
 
 
-def axes_of(marts: Marts, table: str, model_id: str, head: Head, axes: Sequence[str]) -> dict[str, np.ndarray]:
+def axes_of(
+    marts: Marts, table: str, model_id: str, head: Head, axes: Sequence[str]
+) -> dict[str, np.ndarray]:
     cond, args = _set_filter(marts, table, model_id)
     rows = marts.con.execute(
         f'SELECT axis, vec FROM "{table}" WHERE model_id = ? AND layer = ? AND q_head = ? '
         f"AND list_contains(?::VARCHAR[], axis){cond}",
-        [model_id, head.layer, head.q_head, list(axes), *args]).fetchall()
+        [model_id, head.layer, head.q_head, list(axes), *args],
+    ).fetchall()
     out = {a: np.asarray(v, dtype=np.float64) for a, v in rows if v is not None}
     missing = [a for a in axes if a not in out]
     if missing:
@@ -99,18 +109,22 @@ def axes_of(marts: Marts, table: str, model_id: str, head: Head, axes: Sequence[
     return out
 
 
-def head_rows(marts: Marts, model_id: str, layer: int, head: int, kind: str,
-              max_points: int) -> tuple[np.ndarray, np.ndarray]:
+def head_rows(
+    marts: Marts, model_id: str, layer: int, head: int, kind: str, max_points: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(positions, vectors n×d) of one q or k file, at most ``max_points`` rows (seeded sample)."""
     found = marts.con.execute(
         "SELECT path FROM files WHERE model_id = ? AND layer = ? AND head = ? AND kind = ?",
-        [model_id, layer, head, kind]).fetchall()
+        [model_id, layer, head, kind],
+    ).fetchall()
     if not found:
         raise NoData(f"{model_id}: no {kind} file for layer {layer} head {head}")
     if not found[0][0].startswith("hf://") and not os.path.exists(found[0][0]):
         _missing_files(marts, model_id)
-    tbl = marts.con.sql("SELECT position, vector FROM read_parquet(?) ORDER BY example_id, position",
-                        params=[found[0][0]]).to_arrow_table()
+    tbl = marts.con.sql(
+        "SELECT position, vector FROM read_parquet(?) ORDER BY example_id, position",
+        params=[found[0][0]],
+    ).to_arrow_table()
     pos = tbl.column("position").to_numpy().astype(np.int64)
     vec = tbl.column("vector").combine_chunks()
     if isinstance(vec, pa.ChunkedArray):  # pragma: no cover - combine_chunks returns an Array
@@ -128,8 +142,12 @@ def head_rows(marts: Marts, model_id: str, layer: int, head: int, kind: str,
 def _missing_files(marts: Marts, model_id: str) -> None:
     """Raise the one-line error naming the model, a missing file and the fix (the model's folder
     was moved or deleted after ingest)."""
-    paths = [p for (p,) in marts.con.execute(
-        "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]).fetchall()]
+    paths = [
+        p
+        for (p,) in marts.con.execute(
+            "SELECT path FROM files WHERE model_id = ? ORDER BY path", [model_id]
+        ).fetchall()
+    ]
     gone = [p for p in paths if not p.startswith("hf://") and not os.path.exists(p)]
     raise MissingFilesError(missing_files_message(model_id, len(gone), len(paths), gone[0]))
 
@@ -141,8 +159,16 @@ def _round(x: np.ndarray, digits: int = 4) -> list[float]:
     return np.round(x, dec).tolist()
 
 
-def project(marts: Marts, model_id: str, head: Head, axes: dict[str, np.ndarray],
-            dims: Sequence[tuple[str, str]], *, center: bool, max_points: int) -> list[dict[str, Any]]:
+def project(
+    marts: Marts,
+    model_id: str,
+    head: Head,
+    axes: dict[str, np.ndarray],
+    dims: Sequence[tuple[str, str]],
+    *,
+    center: bool,
+    max_points: int,
+) -> list[dict[str, Any]]:
     """Records (kind, position, <name>...) of the head's Q and K rows projected on ``dims``.
 
     ``dims`` is [(output column, axis name)]; ``center`` subtracts the stored axis 'mean'.
@@ -155,7 +181,9 @@ def project(marts: Marts, model_id: str, head: Head, axes: dict[str, np.ndarray]
         d = X.shape[1]
         for _name, ax in dims:
             if axes[ax].shape[0] != d:
-                raise NoData(f"{model_id} {head.label}: axis {ax} has {axes[ax].shape[0]} dims, vectors {d}")
+                raise NoData(
+                    f"{model_id} {head.label}: axis {ax} has {axes[ax].shape[0]} dims, vectors {d}"
+                )
         Y = X - axes["mean"] if center else X
         cols = {name: _round(Y @ axes[ax]) for name, ax in dims}
         K = kind.upper()
@@ -167,8 +195,15 @@ def project(marts: Marts, model_id: str, head: Head, axes: dict[str, np.ndarray]
     return out
 
 
-def collage_records(marts: Marts, table: str, model_id: str, axes: Sequence[str],
-                    coords: list[tuple[str, str]], *, center: bool) -> tuple[list[Head], list[dict[str, Any]]]:
+def collage_records(
+    marts: Marts,
+    table: str,
+    model_id: str,
+    axes: Sequence[str],
+    coords: list[tuple[str, str]],
+    *,
+    center: bool,
+) -> tuple[list[Head], list[dict[str, Any]]]:
     """Rows of four ``random.Random(42).sample`` heads projected on stored axes, one panel per head.
 
     ``coords`` maps output field -> axis name; ``center`` subtracts the stored 'mean' axis first.
@@ -181,7 +216,9 @@ def collage_records(marts: Marts, table: str, model_id: str, axes: Sequence[str]
     records: list[dict[str, Any]] = []
     for h in picked:
         ax = axes_of(marts, table, model_id, h, axes)
-        for rec in project(marts, model_id, h, ax, coords, center=center, max_points=marts.max_points):
+        for rec in project(
+            marts, model_id, h, ax, coords, center=center, max_points=marts.max_points
+        ):
             rec["panel"] = h.label
             records.append(rec)
     return picked, records

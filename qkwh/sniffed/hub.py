@@ -52,7 +52,11 @@ __all__ = [
 ]
 
 #: Files of a sniffed branch that ingestion needs (everything else, e.g. .gitattributes, is skipped).
-DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = ("l*h*[qk]/data.parquet", "_saver_state.json", "README.md")
+DEFAULT_ALLOW_PATTERNS: tuple[str, ...] = (
+    "l*h*[qk]/data.parquet",
+    "_saver_state.json",
+    "README.md",
+)
 
 #: Branch-name suffix shared by all production captures; not part of the model id.
 BRANCH_SUFFIX = "-longbench-pro-128k-plus"
@@ -180,7 +184,8 @@ def _not_found(source: HubSource, error: BaseException | None) -> HubNotFoundErr
     if isinstance(error, hf_errors.RepositoryNotFoundError):  # also GatedRepoError
         return HubNotFoundError(
             f"no {where} on {endpoint()} (or it is private or gated and no valid HF token is set)"
-            f" while looking for branch {source.revision}")
+            f" while looking for branch {source.revision}"
+        )
     return None
 
 
@@ -193,14 +198,18 @@ def hub_error(source: HubSource) -> Iterator[None]:
     except QkwhError:
         raise
     except FileNotFoundError as error:  # HfFileSystem: the cause says what was not found
-        raise (_not_found(source, error.__cause__) or HubNotFoundError(
-            f"{source}: not found on {endpoint()} ({_reason(error)})")) from error
+        raise (
+            _not_found(source, error.__cause__)
+            or HubNotFoundError(f"{source}: not found on {endpoint()} ({_reason(error)})")
+        ) from error
     except _network_errors() as error:
         found = _not_found(source, error)
         if found is not None:
             raise found from error
-        raise HubError(f"cannot read {source.spec} from the Hugging Face Hub at {endpoint()} "
-                       f"({_reason(error)})") from error
+        raise HubError(
+            f"cannot read {source.spec} from the Hugging Face Hub at {endpoint()} "
+            f"({_reason(error)})"
+        ) from error
 
 
 def _default_cache_dir() -> Path:
@@ -212,7 +221,8 @@ def _default_cache_dir() -> Path:
         raw = env["HUGGINGFACE_HUB_CACHE"]
     else:
         home = env.get("HF_HOME") or os.path.join(
-            env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+            env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+            "huggingface",
         )
         raw = os.path.join(home, "hub")
     return Path(os.path.expandvars(os.path.expanduser(raw)))

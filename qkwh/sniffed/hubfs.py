@@ -49,8 +49,14 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
-def open_file(uri: str, *, size: int | None = None, fs=None, cache_type: str = "readahead",
-              block_size: int = BLOCK_SIZE) -> BinaryIO:
+def open_file(
+    uri: str,
+    *,
+    size: int | None = None,
+    fs=None,
+    cache_type: str = "readahead",
+    block_size: int = BLOCK_SIZE,
+) -> BinaryIO:
     """An open remote file (ranged reads).  A missing file is an :class:`InputError` worded as for
     a local one; a Hub that cannot be reached is a :class:`HubError`; both name ``uri``."""
     fs = fs or filesystem()

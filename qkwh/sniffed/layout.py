@@ -52,8 +52,11 @@ def scan(root: Path) -> Layout:
         raise NotFoundError(f"{root}: no such folder")
     if not root.is_dir():
         raise InputError(f"{root}: not a folder (expected a sniffed dataset folder)")
-    folders = ((e.name, (e / DATA_FILE).resolve() if (e / DATA_FILE).is_file() else None)
-               for e in root.iterdir() if e.is_dir())
+    folders = (
+        (e.name, (e / DATA_FILE).resolve() if (e / DATA_FILE).is_file() else None)
+        for e in root.iterdir()
+        if e.is_dir()
+    )
     return from_folders(root.resolve(), folders)
 
 

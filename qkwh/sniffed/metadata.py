@@ -66,7 +66,9 @@ def read_metadata(root: Path) -> DatasetMetadata:
     )
 
 
-def metadata_from_texts(*, card: tuple[str, str] | None, state: tuple[str, str] | None) -> DatasetMetadata:
+def metadata_from_texts(
+    *, card: tuple[str, str] | None, state: tuple[str, str] | None
+) -> DatasetMetadata:
     """:func:`read_metadata` from the texts of the card and the saver state, as (name, text)."""
     meta: dict[str, Any] = {}
     model_name = None
@@ -95,7 +97,9 @@ def metadata_from_texts(*, card: tuple[str, str] | None, state: tuple[str, str] 
             try:
                 buckets[int(k)] = int(v)
             except (TypeError, ValueError):
-                raise InputError(f"{name}: bucket_counts has a non-integer entry {k!r}: {v!r}") from None
+                raise InputError(
+                    f"{name}: bucket_counts has a non-integer entry {k!r}: {v!r}"
+                ) from None
         sources.append(name)
     return DatasetMetadata(model_name, meta, buckets, tuple(sources))
 

@@ -47,7 +47,9 @@ def check_schema(path: Path | str, schema: pa.Schema) -> str:
     names = set(schema.names)
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)} (have {', '.join(schema.names)})")
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)} (have {', '.join(schema.names)})"
+        )
     for col in INT_COLUMNS:
         t = schema.field(col).type
         if not pa.types.is_integer(t):
@@ -77,7 +79,11 @@ def open_input(path: Path | str, content: bytes | BinaryIO | None = None) -> Pat
     """What pyarrow reads: ``content`` (bytes or a file object) when given, a local path as is,
     an ``hf://`` URI as a file object of huggingface_hub's file system (ranged reads)."""
     if content is not None:
-        return pa.BufferReader(content) if isinstance(content, (bytes, bytearray, memoryview)) else content
+        return (
+            pa.BufferReader(content)
+            if isinstance(content, (bytes, bytearray, memoryview))
+            else content
+        )
     if isinstance(path, str):
         from qkwh.sniffed.hubfs import open_file
 
@@ -104,7 +110,9 @@ def read_schema(path: Path | str) -> pa.Schema:
     return _open(location(path)).schema_arrow
 
 
-def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | BinaryIO | None = None) -> FileData:
+def read_file(
+    path: Path | str, *, with_vectors: bool = True, content: bytes | BinaryIO | None = None
+) -> FileData:
     """Read and type-check one file: a local path or an ``hf://`` URI (from ``content``, bytes or
     an open file, when the caller already holds it).
 
@@ -120,8 +128,13 @@ def read_file(path: Path | str, *, with_vectors: bool = True, content: bytes | B
     try:
         table = pf.read(columns=cols)
     except (pa.ArrowException, OSError) as exc:
-        raise InputError(f"{path}: cannot decode parquet data ({_first_line(exc)}); the file may be truncated") from None
-    ints = {c: table.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False) for c in INT_COLUMNS}
+        raise InputError(
+            f"{path}: cannot decode parquet data ({_first_line(exc)}); the file may be truncated"
+        ) from None
+    ints = {
+        c: table.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        for c in INT_COLUMNS
+    }
     for c in ints:
         if table.column(c).null_count:
             raise InputError(f"{path}: column {c} has {table.column(c).null_count} null value(s)")

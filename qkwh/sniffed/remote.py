@@ -76,7 +76,7 @@ class RemoteBranch:
     def layout(self) -> Layout:
         folders: dict[str, str | None] = {}
         for uri, info in self.infos.items():
-            rel = uri[len(self.root) + 1:]
+            rel = uri[len(self.root) + 1 :]
             folder, _, name = rel.partition("/")
             if info["type"] == "directory" and "/" not in rel:
                 folders.setdefault(rel, None)
@@ -91,7 +91,9 @@ class RemoteBranch:
             if uri in self.infos:
                 with open_file(uri, size=self.infos[uri]["size"], fs=self.fs) as fh:
                     texts[name] = (uri, fh.read().decode("utf-8", errors="replace"))
-        return metadata_from_texts(card=texts.get("README.md"), state=texts.get("_saver_state.json"))
+        return metadata_from_texts(
+            card=texts.get("README.md"), state=texts.get("_saver_state.json")
+        )
 
     def file_stats(self, f: SniffedFile) -> FileStats:
         """Statistics of one file from its footer and integer columns (the vectors are not read)."""
@@ -104,9 +106,18 @@ class RemoteBranch:
                 meta = pq.ParquetFile(fh).metadata
             except Exception:  # noqa: BLE001 - unreadable: read_file says why, as for a local file
                 meta = None
-            data = read_file(f.path, content=fh, with_vectors=False)  # the same checks as a local file
+            data = read_file(
+                f.path, content=fh, with_vectors=False
+            )  # the same checks as a local file
             d = footer_vector_length(uri, meta)
-        return stats_of(f, data, size=int(info["size"]), fingerprint=remote_fingerprint(info), n_nonfinite=0, d=d)
+        return stats_of(
+            f,
+            data,
+            size=int(info["size"]),
+            fingerprint=remote_fingerprint(info),
+            n_nonfinite=0,
+            d=d,
+        )
 
     def scan_files(self, *, workers: int = 8) -> list[FileStats]:
         layout = self.layout()
@@ -130,7 +141,9 @@ def footer_vector_length(uri: str, meta: pq.FileMetaData) -> int:
     vectors), differs between row groups, or the statistics show null or infinite values.
     """
     schema = meta.schema
-    leaf = next((i for i in range(len(schema)) if schema.column(i).path.split(".")[0] == "vector"), None)
+    leaf = next(
+        (i for i in range(len(schema)) if schema.column(i).path.split(".")[0] == "vector"), None
+    )
     if leaf is None:
         raise InputError(f"{uri}: missing column(s) vector")
     lengths = set()
@@ -145,8 +158,10 @@ def footer_vector_length(uri: str, meta: pq.FileMetaData) -> int:
         if rg.num_rows == 0:
             continue
         if col.num_values % rg.num_rows:
-            raise InputError(f"{uri}: vector length differs across rows (row group {g} holds "
-                             f"{col.num_values} values for {rg.num_rows} rows)")
+            raise InputError(
+                f"{uri}: vector length differs across rows (row group {g} holds "
+                f"{col.num_values} values for {rg.num_rows} rows)"
+            )
         lengths.add(col.num_values // rg.num_rows)
     if len(lengths) > 1:
         raise InputError(f"{uri}: vector length differs across row groups ({sorted(lengths)})")
@@ -163,19 +178,25 @@ def open_branch(source: HubSource) -> RemoteBranch:
 
     fs = _new_filesystem()
     with hub_error(source):
-        commit = HfApi(endpoint=endpoint()).repo_info(source.repo_id, repo_type=source.repo_type,
-                                                      revision=source.revision).sha
+        commit = (
+            HfApi(endpoint=endpoint())
+            .repo_info(source.repo_id, repo_type=source.repo_type, revision=source.revision)
+            .sha
+        )
         root = branch_uri(source)
         listing = fs.find(root, maxdepth=2, withdirs=True, detail=True)
     infos = {_as_uri(name): info for name, info in listing.items()}
     branch = RemoteBranch(source, commit or "", infos, fs)
-    if not any(uri.endswith("/" + DATA_FILE) and CONFIG_RE.match(uri.split("/")[-2]) for uri in infos):
-        present = sorted(u[len(root) + 1:] for u, i in infos.items() if i["type"] == "file")
+    if not any(
+        uri.endswith("/" + DATA_FILE) and CONFIG_RE.match(uri.split("/")[-2]) for uri in infos
+    ):
+        present = sorted(u[len(root) + 1 :] for u, i in infos.items() if i["type"] == "file")
         more = ", ..." if len(present) > 5 else ""
         listing_text = f" (it has: {', '.join(present[:5])}{more})" if present else ""
         raise HubNotFoundError(
             f"branch {source.revision} of dataset {source.repo_id} has no l??h??{{q|k}}/data.parquet "
-            f"files at its root{listing_text}; is it a sniffed branch?")
+            f"files at its root{listing_text}; is it a sniffed branch?"
+        )
     return branch
 
 
@@ -190,4 +211,3 @@ def list_branches(repo: HubSource) -> dict[str, str]:
     with hub_error(repo):
         refs = HfApi(endpoint=endpoint()).list_repo_refs(repo.repo_id, repo_type=repo.repo_type)
     return {b.name: b.target_commit for b in sorted(refs.branches, key=lambda b: b.name)}
-

@@ -52,7 +52,9 @@ class FileStats:
     bucket: np.ndarray  # int32
     example_id: np.ndarray  # int32
     n_nonfinite: int
-    n_zero_vectors: int | None = None  # rows whose vector is all zeros; None: vectors not read (remote)
+    n_zero_vectors: int | None = (
+        None  # rows whose vector is all zeros; None: vectors not read (remote)
+    )
     identical_vectors: bool | None = None  # 2+ rows, all the same vector; None: vectors not read
 
     @property
@@ -75,13 +77,28 @@ def _stats(f: SniffedFile) -> FileStats:
     # vectorized passes over the array already in memory; the full comparison only when the
     # first two rows agree
     identical = bool(v.shape[0] > 1 and np.array_equal(v[0], v[1]) and (v == v[0]).all())
-    return stats_of(f, data, size=len(content), fingerprint=fingerprint(content), n_nonfinite=nonfinite,
-                    n_zero_vectors=n_zero, identical_vectors=identical)
+    return stats_of(
+        f,
+        data,
+        size=len(content),
+        fingerprint=fingerprint(content),
+        n_nonfinite=nonfinite,
+        n_zero_vectors=n_zero,
+        identical_vectors=identical,
+    )
 
 
-def stats_of(f: SniffedFile, data: FileData, *, size: int, fingerprint: str, n_nonfinite: int,
-             d: int | None = None, n_zero_vectors: int | None = None,
-             identical_vectors: bool | None = None) -> FileStats:
+def stats_of(
+    f: SniffedFile,
+    data: FileData,
+    *,
+    size: int,
+    fingerprint: str,
+    n_nonfinite: int,
+    d: int | None = None,
+    n_zero_vectors: int | None = None,
+    identical_vectors: bool | None = None,
+) -> FileStats:
     """What ingest keeps of a file read by :func:`read_file` (``d`` when its vectors were not read;
     ``n_zero_vectors`` and ``identical_vectors`` None then: not checked)."""
     pos = data.position
@@ -107,8 +124,12 @@ def stats_of(f: SniffedFile, data: FileData, *, size: int, fingerprint: str, n_n
     )
 
 
-def scan_files(layout: Layout, *, workers: int | None = None,
-               stats: Callable[[SniffedFile], FileStats] = _stats) -> list[FileStats]:
+def scan_files(
+    layout: Layout,
+    *,
+    workers: int | None = None,
+    stats: Callable[[SniffedFile], FileStats] = _stats,
+) -> list[FileStats]:
     """Read every file of ``layout`` with ``stats``; raise :class:`InputError` on the first unusable one."""
     workers = workers or max(1, min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -127,7 +148,9 @@ def expected_bucket(position: np.ndarray, bucket_size: int, strategy: str) -> np
     return position.astype(np.int64) // int(bucket_size)
 
 
-def duplicate_keys(example_id: np.ndarray, position: np.ndarray) -> tuple[int, tuple[int, int] | None]:
+def duplicate_keys(
+    example_id: np.ndarray, position: np.ndarray
+) -> tuple[int, tuple[int, int] | None]:
     """Rows of a file that repeat an (example_id, position) key of an earlier row, and the smallest
     repeated key (None when there is none).  Positions must be >= 0.  Vectorized: one pass when
     the rows are in key order (as the sniffer writes them), else one sort."""
@@ -203,31 +226,53 @@ def check_dataset(
                 f"has bucket {int(s.bucket[i])}, expected {int(exp[i])})"
             )
         if int((s.position < 0).sum()):
-            raise InputError(f"{path}: {int((s.position < 0).sum())} row(s) have a negative position")
+            raise InputError(
+                f"{path}: {int((s.position < 0).sum())} row(s) have a negative position"
+            )
         n_dup, key = duplicate_keys(s.example_id, s.position)
         if n_dup:
             raise InputError(
                 f"{path}: {n_dup} row(s) repeat the (example_id, position) of another row (e.g. example_id "
-                f"{key[0]}, position {key[1]}); a file holds one row per token")
+                f"{key[0]}, position {key[1]}); a file holds one row per token"
+            )
         if s.identical_vectors:
             what = "all zero" if s.n_zero_vectors == s.rows else "the same vector"
             raise InputError(
                 f"{path}: all {s.rows} vectors are {what}; the analyses need vectors that vary "
-                f"(a capture that recorded nothing?)")
+                f"(a capture that recorded nothing?)"
+            )
         if s.n_zero_vectors:
-            findings.append(Finding("warning", path, "zero_vectors",
-                                    f"{s.n_zero_vectors} of {s.rows} row(s) have an all-zero vector"))
+            findings.append(
+                Finding(
+                    "warning",
+                    path,
+                    "zero_vectors",
+                    f"{s.n_zero_vectors} of {s.rows} row(s) have an all-zero vector",
+                )
+            )
         real_sw = [v for v in s.sliding_window_values if v is not None]
         if len(s.sliding_window_values) > 1:
-            findings.append(Finding("warning", path, "sliding_window",
-                                    f"{len(s.sliding_window_values)} distinct sliding_window values "
-                                    f"{list(s.sliding_window_values)}; the first non-null one is used"))
+            findings.append(
+                Finding(
+                    "warning",
+                    path,
+                    "sliding_window",
+                    f"{len(s.sliding_window_values)} distinct sliding_window values "
+                    f"{list(s.sliding_window_values)}; the first non-null one is used",
+                )
+            )
         elif real_sw:
-            findings.append(Finding("info", path, "sliding_window", f"sliding window of {real_sw[0]} tokens"))
+            findings.append(
+                Finding("info", path, "sliding_window", f"sliding window of {real_sw[0]} tokens")
+            )
 
     # positions the analyses cannot place: relative positions are measured against the context
     # length, so a row at or beyond it would give a bucket past the end of the context
-    beyond = [s for s in stats if s.rows and s.max_position is not None and s.max_position >= context_length]
+    beyond = [
+        s
+        for s in stats
+        if s.rows and s.max_position is not None and s.max_position >= context_length
+    ]
     if beyond:
         s = beyond[0]
         more = f"; {len(beyond) - 1} other file(s) too" if len(beyond) > 1 else ""
@@ -235,27 +280,45 @@ def check_dataset(
             f"{s.file.path}: {int((s.position >= context_length).sum())} row(s) at position >= the "
             f"context length {context_length} (largest position {s.max_position}{more}); the analyses "
             f"measure positions against the context length: correct it (configs/models.csv or the "
-            f"metadata's tokenizer_max_length) or drop those rows")
+            f"metadata's tokenizer_max_length) or drop those rows"
+        )
 
     # GQA pairing
     for s in stats:
         if s.file.kind == "q" and (s.file.layer, s.file.head // gqa_ratio, "k") not in by_key:
             kname = f"l{s.file.layer:02d}h{s.file.head // gqa_ratio:02d}k"
-            findings.append(Finding("warning", str(s.file.path), "missing_k_file",
-                                    f"mapped k file {kname}/data.parquet is missing; the head cannot be analysed"))
+            findings.append(
+                Finding(
+                    "warning",
+                    str(s.file.path),
+                    "missing_k_file",
+                    f"mapped k file {kname}/data.parquet is missing; the head cannot be analysed",
+                )
+            )
     q_targets = {(s.file.layer, s.file.head // gqa_ratio) for s in stats if s.file.kind == "q"}
     for s in stats:
         if s.file.kind == "k" and (s.file.layer, s.file.head) not in q_targets:
-            findings.append(Finding("info", str(s.file.path), "unused_k_file",
-                                    "no q file maps to this key head"))
+            findings.append(
+                Finding(
+                    "info", str(s.file.path), "unused_k_file", "no q file maps to this key head"
+                )
+            )
 
     # dataset-level statistics
     ex = [s.n_examples for s in stats if s.rows]
     if ex:
-        findings.append(Finding("info", None, "examples_per_file",
-                                f"distinct examples per file: {min(ex)}..{max(ex)}"))
+        findings.append(
+            Finding(
+                "info",
+                None,
+                "examples_per_file",
+                f"distinct examples per file: {min(ex)}..{max(ex)}",
+            )
+        )
         rows = [s.rows for s in stats]
-        findings.append(Finding("info", None, "rows_per_file", f"rows per file: {min(rows)}..{max(rows)}"))
+        findings.append(
+            Finding("info", None, "rows_per_file", f"rows per file: {min(rows)}..{max(rows)}")
+        )
         all_pos = np.concatenate([s.position for s in stats]).astype(np.int64)
         all_ex = np.concatenate([s.example_id for s in stats]).astype(np.int64)
         uniq, inv = np.unique(all_ex, return_inverse=True)
@@ -263,12 +326,24 @@ def check_dataset(
         np.maximum.at(max_per_ex, inv, all_pos)
         short = int((max_per_ex < context_length - bucket_size).sum())
         if short:
-            findings.append(Finding("info", None, "short_examples",
-                                    f"{short} of {uniq.size} examples end before the last bucket "
-                                    f"(shortest ends at position {int(max_per_ex.min())}; "
-                                    f"context length {context_length})"))
+            findings.append(
+                Finding(
+                    "info",
+                    None,
+                    "short_examples",
+                    f"{short} of {uniq.size} examples end before the last bucket "
+                    f"(shortest ends at position {int(max_per_ex.min())}; "
+                    f"context length {context_length})",
+                )
+            )
         pos0 = sum(1 for s in stats if s.has_pos0)
         if pos0:
-            findings.append(Finding("info", None, "has_pos0",
-                                    f"{pos0} file(s) hold position-0 (BOS) rows; kept (norm outliers)"))
+            findings.append(
+                Finding(
+                    "info",
+                    None,
+                    "has_pos0",
+                    f"{pos0} file(s) hold position-0 (BOS) rows; kept (norm outliers)",
+                )
+            )
     return findings

@@ -69,8 +69,11 @@ def write_vectors_file(
 
     n, d = vectors.shape
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
-    window = (pa.nulls(n, type=pa.int32()) if sliding_window is None
-              else pa.array(np.full(n, int(sliding_window), dtype=np.int32), type=pa.int32()))
+    window = (
+        pa.nulls(n, type=pa.int32())
+        if sliding_window is None
+        else pa.array(np.full(n, int(sliding_window), dtype=np.int32), type=pa.int32())
+    )
     table = pa.table(
         {
             "bucket": pa.array(np.asarray(bucket, dtype=np.int32), type=pa.int32()),
@@ -82,7 +85,9 @@ def write_vectors_file(
     )
     sink = pa.BufferOutputStream()
     # dictionary encoding of 1M random floats is wasted work (2.5x slower writes): ints only
-    pq.write_table(table, sink, compression="zstd", use_dictionary=["bucket", "example_id", "position"])
+    pq.write_table(
+        table, sink, compression="zstd", use_dictionary=["bucket", "example_id", "position"]
+    )
     atomic_write_bytes(Path(path), sink.getvalue().to_pybytes())
 
 

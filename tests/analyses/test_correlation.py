@@ -30,7 +30,10 @@ def test_a_constant_side_gives_exactly_what_the_caller_names(xy, constant):
     for a, b in ((constant, y), (x, constant)):
         assert corr.pearson(a, b, if_constant=0.0) == 0.0
         assert math.isnan(corr.pearson(a, b, if_constant=math.nan))
-        assert corr.pearson_cols(np.column_stack([a, a]), b, if_constant=-2.0).tolist() == [-2.0, -2.0]
+        assert corr.pearson_cols(np.column_stack([a, a]), b, if_constant=-2.0).tolist() == [
+            -2.0,
+            -2.0,
+        ]
         w = np.ones((2, 50))
         assert corr.weighted_pearson(a, b, w, min_n=3, if_constant=0.0).tolist() == [0.0, 0.0]
         assert np.isnan(corr.weighted_pearson(a, b, w, min_n=3, if_constant=math.nan)).all()
@@ -63,7 +66,9 @@ def test_plain_weighted_and_scipy_agree_off_the_rule(xy):
     assert uncertainty.pearson(x, y) == round(float(got), 12)
     assert float(corr.pearson_pvalue(want.statistic, 50)) == pytest.approx(want.pvalue, rel=1e-9)
     # too few points: NaN whatever if_constant says
-    assert math.isnan(corr.weighted_pearson(x[:2], y[:2], np.ones((1, 2)), min_n=3, if_constant=0.0)[0])
+    assert math.isnan(
+        corr.weighted_pearson(x[:2], y[:2], np.ones((1, 2)), min_n=3, if_constant=0.0)[0]
+    )
     assert math.isnan(float(corr.pearson_pvalue(0.5, 2)))
 
 

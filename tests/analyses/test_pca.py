@@ -96,8 +96,12 @@ def test_means_variances_and_head_summaries(positional) -> None:
     evr, r_q, r_k = comps["explained_variance_ratio"], comps["r_q"], comps["r_k"]
     assert_allclose(row["pos_var_q_thesis"], np.sum(evr * r_q**2), rtol=1e-12)
     assert_allclose(row["pos_var_k_thesis"], np.sum(evr * r_k**2), rtol=1e-12)
-    assert_allclose(row["pc0_share_pos_q"], evr[0] * r_q[0] ** 2 / row["pos_var_q_thesis"], rtol=1e-12)
-    assert_allclose(row["pc0_share_pos_k"], evr[0] * r_k[0] ** 2 / row["pos_var_k_thesis"], rtol=1e-12)
+    assert_allclose(
+        row["pc0_share_pos_q"], evr[0] * r_q[0] ** 2 / row["pos_var_q_thesis"], rtol=1e-12
+    )
+    assert_allclose(
+        row["pc0_share_pos_k"], evr[0] * r_k[0] ** 2 / row["pos_var_k_thesis"], rtol=1e-12
+    )
     dm = comps["mean_q"][0] - comps["mean_k"][0]
     assert_allclose(row["qk_sep_pc0"], abs(dm), rtol=1e-12)
     assert_allclose(row["fisher_pc0"], dm**2 / (comps["var_q"][0] + comps["var_k"][0]), rtol=1e-12)
@@ -107,7 +111,10 @@ def test_means_variances_and_head_summaries(positional) -> None:
 def test_pos_var_exact_formula_cross_checked(positional) -> None:
     """‖Cov(q,t)‖²/(Var t · tr Σ_Q) = Σ_{all d} Var_Q(z_i) r_q,i² / tr Σ_Q (spec §2.1, I-13)."""
     head, _, _, row, ref = positional
-    for x, t, got in ((head.q, head.q_pos, row["pos_var_q_exact"]), (head.k, head.k_pos, row["pos_var_k_exact"])):
+    for x, t, got in (
+        (head.q, head.q_pos, row["pos_var_q_exact"]),
+        (head.k, head.k_pos, row["pos_var_k_exact"]),
+    ):
         x = x.astype(np.float64)
         cov_xt = np.cov(np.column_stack([x, t]), rowvar=False)[:-1, -1]
         sigma = np.cov(x, rowvar=False)
@@ -161,7 +168,9 @@ def test_row_permutation_invariance(positional) -> None:
     head, _, comps, row, _ = positional
     rng = np.random.default_rng(0)
     pq_, pk_ = rng.permutation(head.q.shape[0]), rng.permutation(head.k.shape[0])
-    perm = dataclasses.replace(head, q=head.q[pq_], q_pos=head.q_pos[pq_], k=head.k[pk_], k_pos=head.k_pos[pk_])
+    perm = dataclasses.replace(
+        head, q=head.q[pq_], q_pos=head.q_pos[pq_], k=head.k[pk_], k_pos=head.k_pos[pk_]
+    )
     p_comps, p_row = _run(perm)
     for name in ("explained_variance_ratio", "r_q", "r_k", "p_q", "mean_q", "var_k"):
         assert_allclose(p_comps[name], comps[name], rtol=1e-8, atol=1e-12, err_msg=name)
@@ -173,9 +182,13 @@ def test_row_permutation_invariance(positional) -> None:
 # planted PC0 correlations (the inputs of the taxonomy, which the dbt project derives)
 # ---------------------------------------------------------------------------------------------
 def test_planted_pc0_correlations() -> None:
-    both, _ = _head(seed=3, alpha_q=3e-3, alpha_k=3e-3, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=())
+    both, _ = _head(
+        seed=3, alpha_q=3e-3, alpha_k=3e-3, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=()
+    )
     content, _ = _head(seed=4, drift_scale=0.0, separation=1.0, rope_planes=())
-    q_only, _ = _head(seed=5, alpha_q=3e-3, alpha_k=0.0, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=())
+    q_only, _ = _head(
+        seed=5, alpha_q=3e-3, alpha_k=0.0, separation=1.0, mu_q_a=1, mu_k_a=1, rope_planes=()
+    )
     rows = [_run(h)[1] for h in (both, content, q_only)]
     (b, c, q) = [(r["r_q0"], abs(r["r_k0"])) for r in rows]
     assert b[0] > 0.7 and b[1] > 0.7  # position dominated: both drift with position
@@ -188,7 +201,9 @@ def test_planted_pc0_correlations() -> None:
 # ---------------------------------------------------------------------------------------------
 def test_constant_vectors_give_nan_not_an_exception() -> None:
     head, _ = _head(seed=6, n_q=50, n_k=50, d=8)
-    const = dataclasses.replace(head, q=np.tile(head.q[:1], (50, 1)), k=np.tile(head.q[:1], (50, 1)))
+    const = dataclasses.replace(
+        head, q=np.tile(head.q[:1], (50, 1)), k=np.tile(head.q[:1], (50, 1))
+    )
     comps, row = _run(const)
     assert len(comps["pc"]) == 8
     assert np.all(np.isnan(comps["explained_variance_ratio"])) and np.all(np.isnan(comps["r_q"]))
@@ -263,7 +278,9 @@ def test_real_sample_heads() -> None:
     def read(path: Path) -> tuple[np.ndarray, np.ndarray]:
         t = pq.read_table(path, columns=["position", "vector"])
         vec = t.column("vector").combine_chunks()
-        return vec.values.to_numpy().reshape(-1, vec.type.list_size), t.column("position").to_numpy()
+        return vec.values.to_numpy().reshape(-1, vec.type.list_size), t.column(
+            "position"
+        ).to_numpy()
 
     n = 0
     for qdir in sorted(root.glob("l??h??q")):
@@ -271,8 +288,18 @@ def test_real_sample_heads() -> None:
         q, t = read(qdir / "data.parquet")
         k, s = read(root / f"l{layer:02d}h{h // ratio:02d}k" / "data.parquet")
         z = np.zeros(len(t), dtype=np.int64)
-        head = HeadData(q=q, q_pos=t, q_example=z, q_bucket=z, k=k, k_pos=s, k_example=np.zeros(len(s), np.int64),
-                        k_bucket=np.zeros(len(s), np.int64), context_length=8192, bucket_size=512)
+        head = HeadData(
+            q=q,
+            q_pos=t,
+            q_example=z,
+            q_bucket=z,
+            k=k,
+            k_pos=s,
+            k_example=np.zeros(len(s), np.int64),
+            k_bucket=np.zeros(len(s), np.int64),
+            context_length=8192,
+            bucket_size=512,
+        )
         comps, row = _run(head)
         assert len(comps["pc"]) == 10 and comps["explained_variance_ratio"].sum() < 1
         assert -1 <= row["r_q0"] <= 1 and -1 <= row["r_k0"] <= 1
@@ -293,7 +320,9 @@ def test_pearson_zero_variance_rule_and_scipy_agreement() -> None:
     assert_allclose(stats.pearson(x, y, if_constant=0.0), r.statistic, rtol=1e-12)
     assert_allclose(stats.pearson_pvalue(r.statistic, 200), r.pvalue, rtol=1e-9)
     assert stats.pearson(np.full(200, 3.7), y, if_constant=0.0) == 0.0
-    assert stats.pearson(x, np.full(200, 1e6 + 0.1), if_constant=0.0) == 0.0  # constant up to rounding
+    assert (
+        stats.pearson(x, np.full(200, 1e6 + 0.1), if_constant=0.0) == 0.0
+    )  # constant up to rounding
     cols = stats.pearson_cols(np.column_stack([x, np.full(200, 2.0), -x]), y, if_constant=0.0)
     assert_allclose(cols, [r.statistic, 0.0, -r.statistic], rtol=1e-12)
     assert np.isnan(stats.pearson_pvalue(0.5, 2))
@@ -349,7 +378,9 @@ def test_query_moments_per_bucket_sums_add_up_to_the_head() -> None:
         xb = x[bucket == b]
         assert qm.count[i] == len(xb)
         assert_allclose(qm.bucket_mean[i] + qm.mu, xb.mean(0), rtol=1e-12)
-        assert_allclose(qm.bucket_scatter[i], (xb - xb.mean(0)).T @ (xb - xb.mean(0)), rtol=1e-11, atol=1e-9)
+        assert_allclose(
+            qm.bucket_scatter[i], (xb - xb.mean(0)).T @ (xb - xb.mean(0)), rtol=1e-11, atol=1e-9
+        )
         total += qm.bucket_scatter[i] + qm.count[i] * np.outer(qm.bucket_mean[i], qm.bucket_mean[i])
     assert_allclose(total, qm.scatter, rtol=1e-12)
 
@@ -377,8 +408,15 @@ def test_rotation_pairings_read_queries_in_file_order() -> None:
     assert not np.array_equal(mom.query.order, np.arange(120))
     q, k = np.asarray(head.q, dtype=np.float64), np.asarray(head.k, dtype=np.float64)
     delta = q - k
-    assert_allclose(rotation.delta_second_moment(head, mom, "row_order"), delta.T @ delta / len(delta), rtol=1e-10)
+    assert_allclose(
+        rotation.delta_second_moment(head, mom, "row_order"),
+        delta.T @ delta / len(delta),
+        rtol=1e-10,
+    )
     qi, ki = rotation.nearest_pairs(head.q_example, head.q_pos, head.k_example, head.k_pos)
     delta = q[qi] - k[ki]
-    assert_allclose(rotation.delta_second_moment(head, mom, "same_example_nearest"), delta.T @ delta / len(delta),
-                    rtol=1e-10)
+    assert_allclose(
+        rotation.delta_second_moment(head, mom, "same_example_nearest"),
+        delta.T @ delta / len(delta),
+        rtol=1e-10,
+    )

@@ -84,10 +84,19 @@ def make_head(
     q = mu_q + q_slope * np.outer(tq, drift) + noise_q
     k = mu_k + k_slope * np.outer(tk, kdir) + noise_k
     return HeadData(
-        q=q.astype(dtype), q_pos=tq, q_example=eq, q_bucket=bq,
-        k=k.astype(dtype), k_pos=tk, k_example=ek, k_bucket=bk,
-        context_length=n_buckets * bucket_size, bucket_size=bucket_size,
-        sliding_window=sliding_window, layer=layer, q_head=q_head,
+        q=q.astype(dtype),
+        q_pos=tq,
+        q_example=eq,
+        q_bucket=bq,
+        k=k.astype(dtype),
+        k_pos=tk,
+        k_example=ek,
+        k_bucket=bk,
+        context_length=n_buckets * bucket_size,
+        bucket_size=bucket_size,
+        sliding_window=sliding_window,
+        layer=layer,
+        q_head=q_head,
     )
 
 
@@ -118,8 +127,13 @@ def head_summary(tables: dict, column: str = "ap_bucket") -> dict[str, float]:
         tot_den += n
     dec = [num[k] / den[k] if den[k] else math.nan for k in range(10)]
     first, last = (dec[0] + dec[1]) / 2, (dec[8] + dec[9]) / 2
-    return {"ap_overall": tot_num / tot_den if tot_den else math.nan, "ap_drop": first - last,
-            "ap_first_20pct": first, "ap_last_20pct": last, **{f"decile_{k}": dec[k] for k in range(10)}}
+    return {
+        "ap_overall": tot_num / tot_den if tot_den else math.nan,
+        "ap_drop": first - last,
+        "ap_first_20pct": first,
+        "ap_last_20pct": last,
+        **{f"decile_{k}": dec[k] for k in range(10)},
+    }
 
 
 def assert_tables_equal(a: dict, b: dict) -> None:
@@ -133,7 +147,9 @@ def assert_tables_equal(a: dict, b: dict) -> None:
 # ---------------------------------------------------------------------------------------------
 # naive reference implementation (exhaustive mode)
 # ---------------------------------------------------------------------------------------------
-def reference(head: HeadData, cov_mode: str, eligibility: str, eps: float = 1e-12, pairs: bool = True):
+def reference(
+    head: HeadData, cov_mode: str, eligibility: str, eps: float = 1e-12, pairs: bool = True
+):
     """Per-bucket exhaustive AP, heatmap dict and head quantities, computed the slow way."""
     Q = np.asarray(head.q, dtype=np.float64)
     K = np.asarray(head.k, dtype=np.float64)
@@ -194,9 +210,12 @@ def reference(head: HeadData, cov_mode: str, eligibility: str, eps: float = 1e-1
                 n0, sp0, sq0 = heat.get(cell, (0, 0.0, 0.0))
                 heat[cell] = (n0 + 1, sp0 + pp, sq0 + pp * pp)
         out[int(j)] = dict(
-            tau=tau, n_elig=int(elig.sum()), A=len(pps),
+            tau=tau,
+            n_elig=int(elig.sum()),
+            A=len(pps),
             ap=np.mean(pps) if pps and rows.sum() >= 2 else np.nan,
-            mean_abs_z=np.mean(zs) if pps else np.nan, heat=heat,
+            mean_abs_z=np.mean(zs) if pps else np.nan,
+            heat=heat,
         )
     return out, dict(alpha_pos=ap_, beta_pos=bp, sigma2_pos=s2, r2=r2, H=H, Qr=Qr, t=t)
 
@@ -213,7 +232,12 @@ def schema_columns(table: str) -> list[str]:
 
 def test_tables_have_exactly_the_schema_columns():
     tables = run(make_head())
-    assert set(tables) == {"plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components"}
+    assert set(tables) == {
+        "plasticity_heads",
+        "plasticity_buckets",
+        "plasticity_heatmap",
+        "plasticity_components",
+    }
     for name, cols in tables.items():
         assert sorted(cols) == sorted(schema_columns(name)), name
         assert len({len(v) for v in cols.values()}) == 1, name
@@ -240,8 +264,11 @@ def test_cap_rows():
 def test_householder_maps_beta_hat_to_e1(kind):
     rng = np.random.default_rng(3)
     d = 16
-    beta = {"random": rng.standard_normal(d), "near_e1": np.eye(d)[0] + 1e-9 * rng.standard_normal(d),
-            "minus_e1": -3.0 * np.eye(d)[0]}[kind]
+    beta = {
+        "random": rng.standard_normal(d),
+        "near_e1": np.eye(d)[0] + 1e-9 * rng.standard_normal(d),
+        "minus_e1": -3.0 * np.eye(d)[0],
+    }[kind]
     v = pl.householder_vector(beta)
     assert v is not None
     H = np.eye(d) - 2 * np.outer(v, v)
@@ -331,7 +358,13 @@ def test_kstwo_sf_matches_scipy_in_every_regime():
     for n in (5, 140, 141, 2000, 8000):
         for lam in (0.3, 0.9, 1.3, 1.5, 1.63, 2.5, 6.0, 12.0, 25.0):
             D = min(lam / math.sqrt(n), 0.999)
-            assert_allclose(pl._kstwo_sf_one(D, n), st.kstwo.sf(D, n), rtol=1e-9, atol=1e-300, err_msg=f"{n} {D}")
+            assert_allclose(
+                pl._kstwo_sf_one(D, n),
+                st.kstwo.sf(D, n),
+                rtol=1e-9,
+                atol=1e-300,
+                err_msg=f"{n} {D}",
+            )
     assert pl._kstwo_sf_one(0.4 / 8000, 8000) == st.kstwo.sf(0.4 / 8000, 8000) == 1.0
 
 
@@ -357,9 +390,13 @@ def test_blocked_ks_statistic_equals_every_point_bit_for_bit():
     from qkwh.analyses import normality as nm
 
     rng = np.random.default_rng(21)
-    rows = [rng.standard_normal((6, 8000)), st.t.rvs(3, size=(6, 5001), random_state=2),
-            rng.gamma(2.0, 1.0, (6, 4099)) - 2.0, np.round(rng.standard_normal((4, 3000)), 1),
-            rng.standard_normal((3, 40)) + 0.5]
+    rows = [
+        rng.standard_normal((6, 8000)),
+        st.t.rvs(3, size=(6, 5001), random_state=2),
+        rng.gamma(2.0, 1.0, (6, 4099)) - 2.0,
+        np.round(rng.standard_normal((4, 3000)), 1),
+        rng.standard_normal((3, 40)) + 0.5,
+    ]
     bad = rng.standard_normal((4, 1000))
     bad[1, 5], bad[2, 7], bad[3, 9] = np.nan, np.inf, -np.inf
     rows.append(bad)
@@ -371,8 +408,12 @@ def test_blocked_ks_statistic_equals_every_point_bit_for_bit():
                 assert_array_equal(nm._ks_from_sorted(srt, block), ref)
     # and the definition itself is scipy's statistic
     Z = rows[1]
-    assert_allclose(nm._ks_every_point(np.sort(Z, axis=1)), st.kstest(Z, "norm", axis=1).statistic,
-                    rtol=0, atol=1e-15)
+    assert_allclose(
+        nm._ks_every_point(np.sort(Z, axis=1)),
+        st.kstest(Z, "norm", axis=1).statistic,
+        rtol=0,
+        atol=1e-15,
+    )
 
 
 def test_query_model_from_shared_moments_equals_the_model_from_rows():
@@ -405,8 +446,14 @@ def test_query_model_from_shared_moments_equals_the_model_from_rows():
             ref = pl.query_model(Qr[rows], 100.0, pos, mode, 1e-9, offset=offset)
             got = pl.query_model_from_moments(
                 pl.apply_householder((qm.bucket_mean[i] * signs)[None, :], v)[0],
-                reflect_symmetric(qm.bucket_scatter[i] * np.outer(signs, signs), v), int(qm.count[i]),
-                100.0, pos, mode, 1e-9, offset=offset)
+                reflect_symmetric(qm.bucket_scatter[i] * np.outer(signs, signs), v),
+                int(qm.count[i]),
+                100.0,
+                pos,
+                mode,
+                1e-9,
+                offset=offset,
+            )
             assert_allclose(got.w, ref.w, rtol=1e-12, atol=1e-12)
             assert_allclose(got.cov, ref.cov, rtol=1e-10, atol=1e-12)
             if mode == "full":
@@ -419,7 +466,9 @@ def test_plasticity_with_shared_query_moments_is_the_same_computation():
     head = make_head(seed=4)
     params = PlasticityParams(num_pairs_per_bucket=64)
     own = pl.analyse(head, params, seed=1).tables
-    shared = pl.analyse(head, params, seed=1, moments=query_moments(head.q, head.q_pos, head.q_bucket)).tables
+    shared = pl.analyse(
+        head, params, seed=1, moments=query_moments(head.q, head.q_pos, head.q_bucket)
+    ).tables
     for table, cols in own.items():
         for name, values in cols.items():
             assert_array_equal(values, shared[table][name], err_msg=f"{table}.{name}")
@@ -440,7 +489,9 @@ def test_closed_form_agrees_with_monte_carlo():
     Sp[0, 0] = s2
     Sp[1:, 1:] = cov
     q = w + rng.standard_normal((M, d)) @ np.linalg.cholesky(Sp).T
-    delta = rng.standard_normal((8, d)) * np.array([0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 0.02])[:, None]
+    delta = (
+        rng.standard_normal((8, d)) * np.array([0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 0.02])[:, None]
+    )
     pp, z = pl.pair_plasticity(delta, w, s2, cov)
     p_emp = (q @ delta.T > 0).mean(axis=0)
     p = st.norm.cdf(z)
@@ -506,14 +557,28 @@ def test_enumerate_and_sample_pairs():
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("cov_mode", "eligibility", "window"),
-    [("full", "position", None), ("diag", "position", None), ("global_diag", "position", None),
-     ("full", "strict_bucket", None), ("full", "position", 300), ("diag", "strict_bucket", 500)],
+    [
+        ("full", "position", None),
+        ("diag", "position", None),
+        ("global_diag", "position", None),
+        ("full", "strict_bucket", None),
+        ("full", "position", 300),
+        ("diag", "strict_bucket", 500),
+    ],
 )
 def test_exhaustive_matches_naive_reference(cov_mode, eligibility, window):
-    head = make_head(n_examples=10, n_buckets=5, d=6, q_per=3, k_per=2, sliding_window=window, dtype=np.float64)
+    head = make_head(
+        n_examples=10, n_buckets=5, d=6, q_per=3, k_per=2, sliding_window=window, dtype=np.float64
+    )
     keep = np.random.default_rng(1).random(len(head.k_pos)) < 0.75  # unequal key-bucket counts
-    head = with_vectors(head, head.q, head.k[keep], k_pos=head.k_pos[keep], k_example=head.k_example[keep],
-                        k_bucket=head.k_bucket[keep])
+    head = with_vectors(
+        head,
+        head.q,
+        head.k[keep],
+        k_pos=head.k_pos[keep],
+        k_example=head.k_example[keep],
+        k_bucket=head.k_bucket[keep],
+    )
     tables = run(head, pairs="exhaustive", cov_mode=cov_mode, eligibility=eligibility)
     ref, hq = reference(head, cov_mode, eligibility)
     b = tables["plasticity_buckets"]
@@ -525,19 +590,28 @@ def test_exhaustive_matches_naive_reference(cov_mode, eligibility, window):
         assert_allclose(b["ap_bucket"][i], r["ap"], rtol=1e-9, equal_nan=True)
         assert_allclose(b["mean_abs_z"][i], r["mean_abs_z"], rtol=1e-9, equal_nan=True)
     hm = tables["plasticity_heatmap"]
-    got = {(int(j), int(x), int(m)): (n, s, s2) for j, x, m, n, s, s2 in zip(
-        hm["q_bucket"], hm["dx_bin"], hm["dm_bin"], hm["n"], hm["sum_pp"], hm["sum_pp2"])}
+    got = {
+        (int(j), int(x), int(m)): (n, s, s2)
+        for j, x, m, n, s, s2 in zip(
+            hm["q_bucket"], hm["dx_bin"], hm["dm_bin"], hm["n"], hm["sum_pp"], hm["sum_pp2"]
+        )
+    }
     want = {(j, *cell): val for j, r in ref.items() for cell, val in r["heat"].items()}
     assert got.keys() == want.keys()
     for key, (n, s, s2) in want.items():
         assert got[key][0] == n
         assert_allclose(got[key][1:], (s, s2), rtol=1e-9)
     h = tables["plasticity_heads"]
-    assert_allclose([h["alpha_pos"][0], h["beta_pos"][0], h["sigma2_pos"][0]],
-                    [hq["alpha_pos"], hq["beta_pos"], hq["sigma2_pos"]], rtol=1e-9)
+    assert_allclose(
+        [h["alpha_pos"][0], h["beta_pos"][0], h["sigma2_pos"][0]],
+        [hq["alpha_pos"], hq["beta_pos"], hq["sigma2_pos"]],
+        rtol=1e-9,
+    )
     c = tables["plasticity_components"]
     assert_allclose(c["component_r2"], hq["r2"], rtol=1e-9, atol=1e-13)
-    assert_allclose(c["component_weight"], np.maximum(hq["r2"], 0) / np.maximum(hq["r2"], 0).sum(), rtol=1e-9)
+    assert_allclose(
+        c["component_weight"], np.maximum(hq["r2"], 0) / np.maximum(hq["r2"], 0).sum(), rtol=1e-9
+    )
     assert_allclose(h["q_R2_pos"][0], hq["r2"].mean(), rtol=1e-9)
 
 
@@ -558,7 +632,9 @@ def test_diagnostics_match_scipy_reference():
     assert_allclose(h["q_R2_scalar"][0], lr.rvalue**2, rtol=1e-8)
     assert_allclose(h["q_mae_baseline"][0], np.mean(np.abs(y - y.mean())), rtol=1e-10)
     assert_allclose(h["q_mae_proj"][0], np.mean(np.abs(y - yhat)), rtol=1e-8)
-    assert_allclose(h["q_mae_ratio"][0], np.mean(np.abs(y - yhat)) / np.mean(np.abs(y - y.mean())), rtol=1e-8)
+    assert_allclose(
+        h["q_mae_ratio"][0], np.mean(np.abs(y - yhat)) / np.mean(np.abs(y - y.mean())), rtol=1e-8
+    )
     # residual of rotated coordinate 0
     lr0 = st.linregress(t, Qr[:, 0])
     res = Qr[:, 0] - lr0.intercept - lr0.slope * t
@@ -568,8 +644,12 @@ def test_diagnostics_match_scipy_reference():
     assert_allclose(h["q_resid0_ks_p"][0], st.kstest(z0, "norm").pvalue, rtol=1e-7)
     # semantic coordinates
     sem = (Qr[:, 1:] - Qr[:, 1:].mean(0)) / Qr[:, 1:].std(0, ddof=1)
-    assert_allclose(h["q_noise_med_abs_skew"][0], np.median(np.abs(st.skew(sem, bias=False))), rtol=1e-7)
-    assert_allclose(h["q_noise_med_abs_kurt"][0], np.median(np.abs(st.kurtosis(sem, bias=False))), rtol=1e-7)
+    assert_allclose(
+        h["q_noise_med_abs_skew"][0], np.median(np.abs(st.skew(sem, bias=False))), rtol=1e-7
+    )
+    assert_allclose(
+        h["q_noise_med_abs_kurt"][0], np.median(np.abs(st.kurtosis(sem, bias=False))), rtol=1e-7
+    )
     dims = np.random.default_rng(seed).choice(d - 1, 3, replace=False)
     p = st.kstest(sem[:, dims], "norm", axis=0).pvalue
     assert_allclose(h["q_noise_med_ks_p"][0], np.median(p), rtol=1e-7)
@@ -678,7 +758,9 @@ def test_exhaustive_matches_direct_pair_formula():
     K = rng.standard_normal((counts.sum(), d))
     pos = np.sort(rng.integers(0, 2000, counts.sum())).astype(float)
     B = rng.standard_normal((d - 1, d - 1))
-    model = pl.QueryModel(tau=2100.0, w=rng.standard_normal(d), cov=B @ B.T + np.eye(d - 1), sigma2_pos=0.4)
+    model = pl.QueryModel(
+        tau=2100.0, w=rng.standard_normal(d), cov=B @ B.T + np.eye(d - 1), sigma2_pos=0.4
+    )
     est = pl.exhaustive_bucket(K, pos, counts, model, bucket_width=256, num_pairs=20)
     i1, i2 = pl.enumerate_pairs(counts)
     pp, z = pl.pair_plasticity(K[i1] - K[i2], model.w, model.sigma2_pos, model.cov)
@@ -705,7 +787,9 @@ def test_full_mode_invariant_to_joint_orthogonal_rotation(pairs):
     rot = with_vectors(head, head.q @ R, head.k @ R)
     a, b = run(head, pairs=pairs), run(rot, pairs=pairs)
     for col in ("ap_bucket", "mean_abs_z", "ap_bucket_se"):
-        assert_allclose(b["plasticity_buckets"][col], a["plasticity_buckets"][col], rtol=1e-9, equal_nan=True)
+        assert_allclose(
+            b["plasticity_buckets"][col], a["plasticity_buckets"][col], rtol=1e-9, equal_nan=True
+        )
     for col in ("alpha_pos", "beta_pos", "sigma2_pos", "q_beta_norm"):
         assert_allclose(b["plasticity_heads"][col], a["plasticity_heads"][col], rtol=1e-9)
     for col in ("ap_overall", "ap_drop"):
@@ -740,7 +824,9 @@ def test_ap_is_a_probability_and_heatmap_sums_match_buckets():
         sel = hm["q_bucket"] == j
         assert hm["n"][sel].sum() == b["n_pairs"][i] == b["n_admissible_pairs"][i]
         if b["n_pairs"][i]:
-            assert_allclose(hm["sum_pp"][sel].sum() / hm["n"][sel].sum(), b["ap_bucket"][i], rtol=1e-12)
+            assert_allclose(
+                hm["sum_pp"][sel].sum() / hm["n"][sel].sum(), b["ap_bucket"][i], rtol=1e-12
+            )
         assert np.all(hm["sum_pp2"][sel] <= hm["sum_pp"][sel] + 1e-12)
     assert np.all(hm["dm_bin"] >= 0) and np.all(hm["dx_bin"] >= 0)  # keys precede tau_j
 
@@ -760,9 +846,13 @@ def test_eligibility_modes_and_sliding_window():
     assert np.isnan(strict_b["ap_bucket"][0]) and strict_b["n_eligible_keys"][0] == 0
     assert np.all(np.isfinite(strict_b["ap_bucket"][1:]))
     window = 300
-    win = pl.analyse(with_vectors(head, head.q, head.k, sliding_window=window), PlasticityParams(), seed=0).tables
+    win = pl.analyse(
+        with_vectors(head, head.q, head.k, sliding_window=window), PlasticityParams(), seed=0
+    ).tables
     wb = win["plasticity_buckets"]
-    assert_array_equal(wb["n_eligible_keys"], [((k_pos < x) & (x - k_pos <= window)).sum() for x in tau])
+    assert_array_equal(
+        wb["n_eligible_keys"], [((k_pos < x) & (x - k_pos <= window)).sum() for x in tau]
+    )
     assert np.all(wb["n_admissible_pairs"][2:] < pos_b["n_admissible_pairs"][2:])
     hm = win["plasticity_heatmap"]
     W = head.bucket_size
@@ -776,15 +866,25 @@ def test_eligibility_boundaries_hand_built():
     q_pos = np.array([10, 20, 30, 600, 610])
     k_pos = np.array([5, 7, 504, 505, 550, 600, 605])
     head = HeadData(
-        q=rng.standard_normal((5, 4)), q_pos=q_pos, q_example=np.zeros(5, int), q_bucket=q_pos // 512,
-        k=rng.standard_normal((7, 4)), k_pos=k_pos, k_example=np.zeros(7, int), k_bucket=k_pos // 512,
-        context_length=1024, bucket_size=512, sliding_window=100,
+        q=rng.standard_normal((5, 4)),
+        q_pos=q_pos,
+        q_example=np.zeros(5, int),
+        q_bucket=q_pos // 512,
+        k=rng.standard_normal((7, 4)),
+        k_pos=k_pos,
+        k_example=np.zeros(7, int),
+        k_bucket=k_pos // 512,
+        context_length=1024,
+        bucket_size=512,
+        sliding_window=100,
     )
     b = pl.analyse(head, PlasticityParams(), seed=0).tables["plasticity_buckets"]
     assert_array_equal(b["bucket_position"], [20.0, 605.0])
     assert_array_equal(b["n_eligible_keys"], [2, 3])  # bucket 0: 5, 7 (< 20, within 100)
     assert_array_equal(b["n_admissible_pairs"], [1, 3])
-    nowin = pl.analyse(with_vectors(head, head.q, head.k, sliding_window=None), PlasticityParams(), seed=0)
+    nowin = pl.analyse(
+        with_vectors(head, head.q, head.k, sliding_window=None), PlasticityParams(), seed=0
+    )
     assert_array_equal(nowin.tables["plasticity_buckets"]["n_eligible_keys"], [2, 6])
 
 
@@ -792,7 +892,9 @@ def test_eligibility_boundaries_hand_built():
 # aggregation
 # ---------------------------------------------------------------------------------------------
 def test_head_and_bucket_rows():
-    tables = run(make_head(n_examples=30, n_buckets=16, bucket_size=128), eligibility="strict_bucket")
+    tables = run(
+        make_head(n_examples=30, n_buckets=16, bucket_size=128), eligibility="strict_bucket"
+    )
     b, h = tables["plasticity_buckets"], tables["plasticity_heads"]
     assert np.isfinite(b["ap_bucket"]).sum() == 15  # strict_bucket: q-bucket 0 has no keys
     # head aggregates belong to the dbt project: the analysis writes none of them
@@ -801,7 +903,11 @@ def test_head_and_bucket_rows():
     assert_allclose(b["bucket_frac"], b["bucket_position"] / L, rtol=1e-15)
     assert_allclose(b["bucket_midpoint"], (b["q_bucket"] + 0.5) * 128)
     assert (h["cov_mode"][0], h["eligibility"][0], h["pairs"][0], h["empirical"][0]) == (
-        "full", "strict_bucket", "sampled", False)
+        "full",
+        "strict_bucket",
+        "sampled",
+        False,
+    )
     assert np.all(np.isnan(b["ap_bucket_empirical"])) and np.all(np.isnan(b["gauss_gap_se"]))
 
 
@@ -824,7 +930,9 @@ def test_determinism_and_seed_dependence():
     c = run(head, seed=4)
     big = a["plasticity_buckets"]["n_admissible_pairs"] > 1024
     assert big.sum() >= 3
-    assert np.all(a["plasticity_buckets"]["ap_bucket"][big] != c["plasticity_buckets"]["ap_bucket"][big])
+    assert np.all(
+        a["plasticity_buckets"]["ap_bucket"][big] != c["plasticity_buckets"]["ap_bucket"][big]
+    )
     assert c["plasticity_heads"]["seed_used"][0] == a["plasticity_heads"]["seed_used"][0] + 1
     ea, ec = run(head, seed=3, pairs="exhaustive"), run(head, seed=4, pairs="exhaustive")
     assert_array_equal(ea["plasticity_buckets"]["ap_bucket"], ec["plasticity_buckets"]["ap_bucket"])
@@ -836,8 +944,14 @@ def test_determinism_and_seed_dependence():
 # ---------------------------------------------------------------------------------------------
 def test_no_keys_gives_nan_rows():
     head = make_head(n_examples=10)
-    empty = with_vectors(head, head.q, np.zeros((0, 8), np.float32), k_pos=np.zeros(0, int),
-                         k_example=np.zeros(0, int), k_bucket=np.zeros(0, int))
+    empty = with_vectors(
+        head,
+        head.q,
+        np.zeros((0, 8), np.float32),
+        k_pos=np.zeros(0, int),
+        k_example=np.zeros(0, int),
+        k_bucket=np.zeros(0, int),
+    )
     t = run(empty)
     b = t["plasticity_buckets"]
     assert len(b["q_bucket"]) == 8 and np.all(np.isnan(b["ap_bucket"]))
@@ -851,8 +965,14 @@ def test_no_keys_gives_nan_rows():
 @pytest.mark.parametrize("n_q", [0, 1])
 def test_too_few_queries_gives_nan_rows(n_q):
     head = make_head(n_examples=10)
-    few = with_vectors(head, head.q[:n_q], head.k, q_pos=head.q_pos[:n_q], q_example=head.q_example[:n_q],
-                       q_bucket=head.q_bucket[:n_q])
+    few = with_vectors(
+        head,
+        head.q[:n_q],
+        head.k,
+        q_pos=head.q_pos[:n_q],
+        q_example=head.q_example[:n_q],
+        q_bucket=head.q_bucket[:n_q],
+    )
     t = run(few)
     assert len(t["plasticity_buckets"]["q_bucket"]) == n_q
     assert np.all(np.isnan(t["plasticity_buckets"]["ap_bucket"]))
@@ -863,9 +983,18 @@ def test_too_few_queries_gives_nan_rows(n_q):
 
 def test_singleton_bucket_is_nan_but_others_are_not():
     head = make_head(n_examples=20)
-    keep = ~((head.q_bucket == 3) & (np.arange(len(head.q_bucket)) > np.flatnonzero(head.q_bucket == 3)[0]))
-    h = with_vectors(head, head.q[keep], head.k, q_pos=head.q_pos[keep], q_example=head.q_example[keep],
-                     q_bucket=head.q_bucket[keep])
+    keep = ~(
+        (head.q_bucket == 3)
+        & (np.arange(len(head.q_bucket)) > np.flatnonzero(head.q_bucket == 3)[0])
+    )
+    h = with_vectors(
+        head,
+        head.q[keep],
+        head.k,
+        q_pos=head.q_pos[keep],
+        q_example=head.q_example[keep],
+        q_bucket=head.q_bucket[keep],
+    )
     b = run(h)["plasticity_buckets"]
     assert b["n_queries"][3] == 1 and np.isnan(b["ap_bucket"][3]) and b["n_pairs"][3] == 0
     assert np.isfinite(b["ap_bucket"][[1, 2, 4, 5]]).all()
@@ -890,15 +1019,32 @@ def load_real_head(root: Path, layer: int, q_head: int, group: int = 3) -> HeadD
     import pyarrow.parquet as pq
 
     def read(name: str):
-        t = pq.read_table(root / name / "data.parquet", columns=["bucket", "example_id", "position", "vector"])
+        t = pq.read_table(
+            root / name / "data.parquet", columns=["bucket", "example_id", "position", "vector"]
+        )
         vec = t.column("vector").combine_chunks()
         d = vec.type.list_size
-        return (vec.values.to_numpy().reshape(-1, d), *(t.column(c).to_numpy() for c in ("position", "example_id", "bucket")))
+        return (
+            vec.values.to_numpy().reshape(-1, d),
+            *(t.column(c).to_numpy() for c in ("position", "example_id", "bucket")),
+        )
 
     q, qt, qe, qb = read(f"l{layer:02d}h{q_head:02d}q")
     k, kt, ke, kb = read(f"l{layer:02d}h{q_head // group:02d}k")
-    return HeadData(q=q, q_pos=qt, q_example=qe, q_bucket=qb, k=k, k_pos=kt, k_example=ke, k_bucket=kb,
-                    context_length=8192, bucket_size=512, layer=layer, q_head=q_head)
+    return HeadData(
+        q=q,
+        q_pos=qt,
+        q_example=qe,
+        q_bucket=qb,
+        k=k,
+        k_pos=kt,
+        k_example=ke,
+        k_bucket=kb,
+        context_length=8192,
+        bucket_size=512,
+        layer=layer,
+        q_head=q_head,
+    )
 
 
 def _shared_fixture() -> Path | None:

@@ -64,8 +64,11 @@ def naive_empirical(head: HeadData, eligibility: str = "position") -> np.ndarray
 
 def test_pair_formula():
     n = 10
-    assert_allclose(pl.empirical_pair_plasticity(np.array([0.0, n, -n, 4.0]), n),
-                    [n / (n - 1), 0.0, 0.0, (1 - 0.4**2) * n / (n - 1)], rtol=1e-15)
+    assert_allclose(
+        pl.empirical_pair_plasticity(np.array([0.0, n, -n, 4.0]), n),
+        [n / (n - 1), 0.0, 0.0, (1 - 0.4**2) * n / (n - 1)],
+        rtol=1e-15,
+    )
     diff = np.array([[1.0, -2.0, 0.0, 3.0], [0.0, 0.0, 0.0, 0.0]])
     assert_array_equal(pl.net_wins(diff), [1.0, 0.0])
 
@@ -73,8 +76,12 @@ def test_pair_formula():
 @pytest.mark.parametrize("eligibility", ["position", "strict_bucket"])
 def test_exhaustive_equals_naive_count_synthetic(eligibility):
     head = make_head(n_examples=25, n_buckets=6, q_per=4, k_per=3, d=8, seed=3)
-    got = run(head, pairs="exhaustive", empirical=True, eligibility=eligibility)["plasticity_buckets"]
-    assert_allclose(got["ap_bucket_empirical"], naive_empirical(head, eligibility), rtol=1e-13, equal_nan=True)
+    got = run(head, pairs="exhaustive", empirical=True, eligibility=eligibility)[
+        "plasticity_buckets"
+    ]
+    assert_allclose(
+        got["ap_bucket_empirical"], naive_empirical(head, eligibility), rtol=1e-13, equal_nan=True
+    )
 
 
 @pytest.mark.slow
@@ -107,12 +114,19 @@ def test_sampled_scores_the_gaussian_pairs():
     on = run(head, num_pairs_per_bucket=256, empirical=True)
     for table in off:
         for col, val in off[table].items():
-            if col not in ("ap_bucket_empirical", "ap_bucket_empirical_se", "gauss_gap_se", "empirical"):
+            if col not in (
+                "ap_bucket_empirical",
+                "ap_bucket_empirical_se",
+                "gauss_gap_se",
+                "empirical",
+            ):
                 assert_array_equal(on[table][col], val, err_msg=f"{table}.{col}")
     b = on["plasticity_buckets"]
     sampled = b["n_admissible_pairs"] > 256
     assert sampled.sum() >= 4
-    assert np.all(b["ap_bucket_empirical_se"][sampled] > 0) and np.all(b["gauss_gap_se"][sampled] > 0)
+    assert np.all(b["ap_bucket_empirical_se"][sampled] > 0) and np.all(
+        b["gauss_gap_se"][sampled] > 0
+    )
     assert np.all(b["ap_bucket_empirical_se"][~sampled & (b["n_pairs"] > 0)] == 0)
 
 
@@ -122,10 +136,14 @@ def test_sampled_within_4_se_of_exhaustive_on_real_capture(layer_head):
     layer, q_head = real_heads(root)[layer_head]
     head = load_real_head(root, layer, q_head)
     sa = run(head, empirical=True, num_pairs_per_bucket=256)["plasticity_buckets"]
-    ex = run(head, pairs="exhaustive", empirical=True, num_pairs_per_bucket=256)["plasticity_buckets"]
+    ex = run(head, pairs="exhaustive", empirical=True, num_pairs_per_bucket=256)[
+        "plasticity_buckets"
+    ]
     big = ex["n_admissible_pairs"] > 256
     assert big.sum() >= 8
-    z = (sa["ap_bucket_empirical"][big] - ex["ap_bucket_empirical"][big]) / sa["ap_bucket_empirical_se"][big]
+    z = (sa["ap_bucket_empirical"][big] - ex["ap_bucket_empirical"][big]) / sa[
+        "ap_bucket_empirical_se"
+    ][big]
     assert np.all(np.abs(z) < 4), z
     assert_array_equal(sa["ap_bucket_empirical"][~big], ex["ap_bucket_empirical"][~big])
 
@@ -138,23 +156,44 @@ def test_rotation_invariant():
     for pairs in ("sampled", "exhaustive"):
         a = run(head, pairs=pairs, empirical=True, num_pairs_per_bucket=64)["plasticity_buckets"]
         b = run(rot, pairs=pairs, empirical=True, num_pairs_per_bucket=64)["plasticity_buckets"]
-        assert_allclose(b["ap_bucket_empirical"], a["ap_bucket_empirical"], rtol=1e-12, equal_nan=True)
+        assert_allclose(
+            b["ap_bucket_empirical"], a["ap_bucket_empirical"], rtol=1e-12, equal_nan=True
+        )
 
 
 def test_singleton_bucket_is_nan():
     head = make_head(n_examples=20)
-    keep = ~((head.q_bucket == 3) & (np.arange(len(head.q_bucket)) > np.flatnonzero(head.q_bucket == 3)[0]))
-    h = with_vectors(head, head.q[keep], head.k, q_pos=head.q_pos[keep], q_example=head.q_example[keep],
-                     q_bucket=head.q_bucket[keep])
+    keep = ~(
+        (head.q_bucket == 3)
+        & (np.arange(len(head.q_bucket)) > np.flatnonzero(head.q_bucket == 3)[0])
+    )
+    h = with_vectors(
+        head,
+        head.q[keep],
+        head.k,
+        q_pos=head.q_pos[keep],
+        q_example=head.q_example[keep],
+        q_bucket=head.q_bucket[keep],
+    )
     b = run(h, empirical=True)["plasticity_buckets"]
-    assert np.isnan(b["ap_bucket_empirical"][3]) and np.isfinite(b["ap_bucket_empirical"][[1, 2, 4]]).all()
+    assert (
+        np.isnan(b["ap_bucket_empirical"][3])
+        and np.isfinite(b["ap_bucket_empirical"][[1, 2, 4]]).all()
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # planted query distributions: the sign of the Gaussian shortcut's error
 # ---------------------------------------------------------------------------------------------
-def planted_head(kind: str, *, seed: int = 0, n_examples: int = 200, n_buckets: int = 4, d: int = 6,
-                 q_per: int = 10) -> HeadData:
+def planted_head(
+    kind: str,
+    *,
+    seed: int = 0,
+    n_examples: int = 200,
+    n_buckets: int = 4,
+    d: int = 6,
+    q_per: int = 10,
+) -> HeadData:
     """Queries with mean ``mu`` and one planted noise law along every direction; keys Gaussian.
 
     ``gauss``: N(0, I).  ``heavy``: Student t with 3 degrees of freedom scaled to unit variance
@@ -165,8 +204,17 @@ def planted_head(kind: str, *, seed: int = 0, n_examples: int = 200, n_buckets: 
     puts it far off: gap < 0).
     """
     rng = np.random.default_rng(seed)
-    base = make_head(n_examples=n_examples, n_buckets=n_buckets, q_per=q_per, k_per=2, d=d, seed=seed,
-                     q_slope=0.0, k_slope=0.0, dtype=np.float64)
+    base = make_head(
+        n_examples=n_examples,
+        n_buckets=n_buckets,
+        q_per=q_per,
+        k_per=2,
+        d=d,
+        seed=seed,
+        q_slope=0.0,
+        k_slope=0.0,
+        dtype=np.float64,
+    )
     n = len(base.q_pos)
     mu = 0.6 * rng.standard_normal(d)
     if kind == "gauss":
@@ -194,8 +242,11 @@ def replicate_gaps(kind: str, n_rep: int = 6) -> tuple[float, float, list[float]
     """
     gaps = []
     for seed in range(n_rep):
-        b = run(planted_head(kind, seed=seed, n_examples=100, q_per=5), pairs="exhaustive",
-                empirical=True)["plasticity_buckets"]
+        b = run(
+            planted_head(kind, seed=seed, n_examples=100, q_per=5),
+            pairs="exhaustive",
+            empirical=True,
+        )["plasticity_buckets"]
         ok = np.isfinite(b["ap_bucket"]) & np.isfinite(b["ap_bucket_empirical"])
         w = b["n_queries"][ok].astype(float)
         gaps.append(float(w @ (b["ap_bucket"][ok] - b["ap_bucket_empirical"][ok]) / w.sum()))

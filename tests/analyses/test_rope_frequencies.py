@@ -17,24 +17,76 @@ STORED = Path(__file__).resolve().parents[1] / "data" / "rope_inv_freq.json"
 
 #: config.json-like dicts (transformers 5 spelling) of each rope type
 CASES: dict[str, dict] = {
-    "default_smollm2": {"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0}},
-    "linear": {"head_dim": 64, "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}},
-    "llama3": {"head_dim": 128, "rope_parameters": {
-        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-    "yarn": {"head_dim": 128, "rope_parameters": {
-        "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768}},
-    "yarn_mscale_untruncated": {"head_dim": 64, "rope_parameters": {
-        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0, "original_max_position_embeddings": 4096,
-        "beta_fast": 16, "beta_slow": 2, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": False}},
-    "yarn_attention_factor": {"head_dim": 64, "rope_parameters": {
-        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 2048,
-        "attention_factor": 1.25}},
-    "default_partial": {"head_dim": 80, "rope_parameters": {
-        "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.4}},
-    "yarn_partial": {"head_dim": 96, "rope_parameters": {
-        "rope_type": "yarn", "rope_theta": 50000.0, "factor": 2.0, "original_max_position_embeddings": 1024,
-        "partial_rotary_factor": 0.5}},
+    "default_smollm2": {
+        "head_dim": 64,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
+    },
+    "linear": {
+        "head_dim": 64,
+        "rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    },
+    "llama3": {
+        "head_dim": 128,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    },
+    "yarn": {
+        "head_dim": 128,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 1000000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 32768,
+        },
+    },
+    "yarn_mscale_untruncated": {
+        "head_dim": 64,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 16.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 16,
+            "beta_slow": 2,
+            "mscale": 0.707,
+            "mscale_all_dim": 1.0,
+            "truncate": False,
+        },
+    },
+    "yarn_attention_factor": {
+        "head_dim": 64,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 2048,
+            "attention_factor": 1.25,
+        },
+    },
+    "default_partial": {
+        "head_dim": 80,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.4,
+        },
+    },
+    "yarn_partial": {
+        "head_dim": 96,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 50000.0,
+            "factor": 2.0,
+            "original_max_position_embeddings": 1024,
+            "partial_rotary_factor": 0.5,
+        },
+    },
 }
 
 
@@ -46,13 +98,24 @@ def transformers_inv_freq(case: dict) -> tuple[np.ndarray, float]:
 
     params = dict(case["rope_parameters"])
     d = case["head_dim"]
-    if params["rope_type"] == "default":  # each model class has its own default; Phi's honours partial rotary
-        cfg = PhiConfig(hidden_size=d * 2, num_attention_heads=2, rope_parameters=params,
-                        partial_rotary_factor=params.get("partial_rotary_factor", 1.0))
+    if (
+        params["rope_type"] == "default"
+    ):  # each model class has its own default; Phi's honours partial rotary
+        cfg = PhiConfig(
+            hidden_size=d * 2,
+            num_attention_heads=2,
+            rope_parameters=params,
+            partial_rotary_factor=params.get("partial_rotary_factor", 1.0),
+        )
         f, s = PhiRotaryEmbedding.compute_default_rope_parameters(cfg)
     else:
-        cfg = LlamaConfig(hidden_size=d * 2, num_attention_heads=2, head_dim=d, max_position_embeddings=131072,
-                          rope_parameters=params)
+        cfg = LlamaConfig(
+            hidden_size=d * 2,
+            num_attention_heads=2,
+            head_dim=d,
+            max_position_embeddings=131072,
+            rope_parameters=params,
+        )
         f, s = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg)
     return f.double().numpy(), float(s)
 
@@ -92,7 +155,7 @@ def test_stored_vectors_cover_every_case():
 
 def test_default_is_theta_to_the_minus_2i_over_d_rot():
     f, s = RF.inv_freq("default", 10000.0, 8)
-    np.testing.assert_array_equal(f, [1.0, 10000.0 ** -0.25, 10000.0 ** -0.5, 10000.0 ** -0.75])
+    np.testing.assert_array_equal(f, [1.0, 10000.0**-0.25, 10000.0**-0.5, 10000.0**-0.75])
     assert s == 1.0
     np.testing.assert_array_equal(RF.inv_freq("linear", 10000.0, 8, {"factor": 4})[0], f / 4)
 
@@ -119,21 +182,44 @@ def test_yarn_ramps_from_extrapolation_to_interpolation():
 
 
 def test_transformers_4_spelling_and_hidden_size_fallback():
-    cfg = {"hidden_size": 576, "num_attention_heads": 9, "rope_theta": 100000.0, "rope_scaling": None}
+    cfg = {
+        "hidden_size": 576,
+        "num_attention_heads": 9,
+        "rope_theta": 100000.0,
+        "rope_scaling": None,
+    }
     (p,) = RF.parameters_from_config(cfg).values()
     assert (p.rope_type, p.theta, p.head_dim, p.rotary_dim) == ("default", 100000.0, 64, 64)
-    cfg4 = {"head_dim": 128, "rope_theta": 500000.0, "rope_scaling": {
-        "type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192}}
-    np.testing.assert_array_equal(RF.parameters_from_config(cfg4)["all"].frequencies()[0], ours(CASES["llama3"])[0])
+    cfg4 = {
+        "head_dim": 128,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    }
+    np.testing.assert_array_equal(
+        RF.parameters_from_config(cfg4)["all"].frequencies()[0], ours(CASES["llama3"])[0]
+    )
     neox = {"hidden_size": 128, "num_attention_heads": 2, "rotary_pct": 0.25, "rope_theta": 10000}
     assert RF.parameters_from_config(neox)["all"].rotary_dim == 16
 
 
 def test_per_layer_type_parameters_and_multimodal_text_config():
-    cfg = {"text_config": {"head_dim": 32, "num_attention_heads": 4, "layer_types": ["sliding_attention", "full_attention"],
-                           "rope_parameters": {"full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
-                                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}}
+    cfg = {
+        "text_config": {
+            "head_dim": 32,
+            "num_attention_heads": 4,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        }
+    }
     params = RF.parameters_from_config(cfg)
     assert sorted(params) == ["full_attention", "sliding_attention"]
     assert params["full_attention"].frequencies()[0][0] == 1 / 8
@@ -141,17 +227,38 @@ def test_per_layer_type_parameters_and_multimodal_text_config():
     assert RF.nope_layers_from_config({"no_rope_layers": [1, 1, 0, 1, 0]}) == [2, 4]
 
 
-@pytest.mark.parametrize(("cfg", "field"), [
-    ({"head_dim": 64, "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0,
-                                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
-     "low_freq_factor"),
-    ({"head_dim": 64, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
-     "original_max_position_embeddings"),
-    ({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_theta"),
-    ({"head_dim": 64, "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}, "factor"),
-    ({"rope_theta": 1e4}, "head_dim"),
-    ({"head_dim": 64, "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "longrope"),
-])
+@pytest.mark.parametrize(
+    ("cfg", "field"),
+    [
+        (
+            {
+                "head_dim": 64,
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 5e5,
+                    "factor": 8.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 8192,
+                },
+            },
+            "low_freq_factor",
+        ),
+        (
+            {
+                "head_dim": 64,
+                "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0},
+            },
+            "original_max_position_embeddings",
+        ),
+        ({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_theta"),
+        ({"head_dim": 64, "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4}}, "factor"),
+        ({"rope_theta": 1e4}, "head_dim"),
+        (
+            {"head_dim": 64, "rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
+            "longrope",
+        ),
+    ],
+)
 def test_a_missing_field_is_named(cfg, field):
     with pytest.raises(RF.RopeParameterError, match=field):
         RF.parameters_from_config(cfg)
@@ -191,7 +298,9 @@ def test_partial_rotary_leaves_the_last_dims_unrotated():
 
 def test_nope_layer_has_every_dim_unrotated():
     ps = RF.planes(16, None, bucket_size=4, context_length=64)
-    assert [(q.plane, q.dim_a, q.dim_b, q.band) for q in ps] == [(i, i, None, "unrotated") for i in range(16)]
+    assert [(q.plane, q.dim_a, q.dim_b, q.band) for q in ps] == [
+        (i, i, None, "unrotated") for i in range(16)
+    ]
 
 
 def test_band_edges():

@@ -24,7 +24,9 @@ def _head(seed: int = 0, **kw) -> tuple[HeadData, synth.PlantedTruth]:
     return synth.make_head(np.random.default_rng(seed), **args)
 
 
-def _run(head: HeadData, **params) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _run(
+    head: HeadData, **params
+) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, np.ndarray]]:
     t = rotation.analyse(head, RotationParams(**params)).tables
     row = {k: v[0] for k, v in t["rotation_heads"].items()}
     return row, t["rotation_pairs"], t["rotation_axes"]
@@ -56,7 +58,12 @@ def test_planted_axes_recovered(planted) -> None:
     assert names[:4] == ["a", "b", "b_centroid", "mean"]
     assert names[4:] == [f"w{j}" for j in range(2 * len(_run(head)[1]["pair"]))]
     a, b, bc = axes["vec"][:3]
-    np.testing.assert_allclose(axes["vec"][3], np.vstack([head.q, head.k]).astype(np.float64).mean(0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        axes["vec"][3],
+        np.vstack([head.q, head.k]).astype(np.float64).mean(0),
+        rtol=1e-10,
+        atol=1e-12,
+    )
     # complement directions: orthonormal and orthogonal to the plane {a, b}
     w = axes["vec"][4:]
     np.testing.assert_allclose(w @ w.T, np.eye(len(w)), atol=1e-10)
@@ -150,15 +157,26 @@ def test_metric_definitions_match_direct_computation(planted) -> None:
     assert_allclose(row["r_k_a"], np.corrcoef(ka, head.k_pos)[0, 1], rtol=1e-10)
     slope, icpt = np.polyfit(head.k_pos.astype(float), ka, 1)
     assert_allclose([row["alpha_k"], row["intercept_k_a"]], [slope, icpt], rtol=1e-9)
-    assert_allclose([row["mu_q_a"], row["mu_k_a"], row["mu_q_b"], row["mu_k_b"]],
-                    [qa.mean(), ka.mean(), qb.mean(), kb.mean()], rtol=1e-10)
+    assert_allclose(
+        [row["mu_q_a"], row["mu_k_a"], row["mu_q_b"], row["mu_k_b"]],
+        [qa.mean(), ka.mean(), qb.mean(), kb.mean()],
+        rtol=1e-10,
+    )
     assert_allclose(row["bias_strength"], row["mu_q_a"] * row["alpha_k"], rtol=1e-15)
     assert_allclose(row["var_frac_a"], np.var(x @ a, ddof=1) / total, rtol=1e-10)
     assert_allclose(row["var_frac_b"], np.var(x @ b, ddof=1) / total, rtol=1e-10)
     assert_allclose(row["plane_var_fraction"], row["var_frac_a"] + row["var_frac_b"], rtol=1e-14)
     cvb = 0.5 * (np.var(qb, ddof=1) + np.var(kb, ddof=1))
-    assert_allclose([row["content_var_b"], row["content_var_b_frac"]], [cvb, cvb / total], rtol=1e-10)
-    for name in ("var_frac_a", "var_frac_b", "plane_var_fraction", "separation_strength", "content_var_b_frac"):
+    assert_allclose(
+        [row["content_var_b"], row["content_var_b_frac"]], [cvb, cvb / total], rtol=1e-10
+    )
+    for name in (
+        "var_frac_a",
+        "var_frac_b",
+        "plane_var_fraction",
+        "separation_strength",
+        "content_var_b_frac",
+    ):
         assert 0.0 <= row[name] <= 1.0, name
 
 
@@ -168,8 +186,12 @@ def test_independent_pairing_is_the_all_pairs_average() -> None:
     mom = stats.head_moments(head)
     q, k = head.q.astype(np.float64), head.k.astype(np.float64)
     delta = (q[:, None, :] - k[None, :, :]).reshape(-1, q.shape[1])
-    assert_allclose(rotation.delta_second_moment(head, mom, "independent"), delta.T @ delta / len(delta),
-                    rtol=1e-12, atol=1e-12)
+    assert_allclose(
+        rotation.delta_second_moment(head, mom, "independent"),
+        delta.T @ delta / len(delta),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_separation_strength_per_pairing_matches_its_definition() -> None:
@@ -241,9 +263,17 @@ def test_row_permutation_invariance() -> None:
     head, _ = _head(seed=9, n_q=3000, n_k=2800, d=24, rope_planes=None)
     rng = np.random.default_rng(1)
     pq, pk = rng.permutation(3000), rng.permutation(2800)
-    perm = _replace(head, q=head.q[pq], q_pos=head.q_pos[pq], q_example=head.q_example[pq],
-                    q_bucket=head.q_bucket[pq], k=head.k[pk], k_pos=head.k_pos[pk],
-                    k_example=head.k_example[pk], k_bucket=head.k_bucket[pk])
+    perm = _replace(
+        head,
+        q=head.q[pq],
+        q_pos=head.q_pos[pq],
+        q_example=head.q_example[pq],
+        q_bucket=head.q_bucket[pq],
+        k=head.k[pk],
+        k_pos=head.k_pos[pk],
+        k_example=head.k_example[pk],
+        k_bucket=head.k_bucket[pk],
+    )
     row, pairs, axes = _run(head)
     p_row, p_pairs, p_axes = _run(perm)
     assert_allclose(p_axes["vec"], axes["vec"], atol=1e-12)
@@ -259,7 +289,9 @@ def test_row_permutation_invariance() -> None:
 # ---------------------------------------------------------------------------------------------
 def test_planted_rotation_planes_found_and_noise_planes_inactive() -> None:
     freqs = [synth.plane_frequency(5, L_CTX), synth.plane_frequency(2, L_CTX)]
-    head, _ = _head(seed=12, d=40, n_q=4000, n_k=4000, rope_planes=[(freqs[0], 2.5), (freqs[1], 2.0)])
+    head, _ = _head(
+        seed=12, d=40, n_q=4000, n_k=4000, rope_planes=[(freqs[0], 2.5), (freqs[1], 2.0)]
+    )
     row, pairs, _ = _run(head)
     grid = stats.log_omega_grid(L_CTX, M, 512)
     step = grid[1] / grid[0] - 1  # relative grid spacing (~0.85 %)
@@ -276,7 +308,9 @@ def test_planted_rotation_planes_found_and_noise_planes_inactive() -> None:
     assert np.all(pairs["angle_r_circ_pm"] >= pairs["angle_r_circ"])
     pos = pairs["omega_pair_pm"] > 0
     assert_allclose(pairs["angle_r_circ"][pos], pairs["angle_r_circ_pm"][pos])
-    assert_allclose(pairs["sv_var_share"].sum(), 1.0, rtol=1e-12)  # 19 pairs span the 38-dim complement
+    assert_allclose(
+        pairs["sv_var_share"].sum(), 1.0, rtol=1e-12
+    )  # 19 pairs span the 38-dim complement
     assert np.all(np.diff(pairs["sv_var_share"]) <= 1e-15)  # descending singular values
     assert row["residual_pos_r"] < 1e-12
 
@@ -316,12 +350,17 @@ def test_nudft_matches_direct_sums() -> None:
     u = rng.standard_normal((3000, 5))
     om = np.concatenate([stats.log_omega_grid(131072, 8192, 200), -np.linspace(0, 3e-4, 7)])
     direct = np.exp(-1j * np.outer(om, tau - 1000.0)) @ u
-    assert_allclose(stats.nudft(tau, u, om, origin=1000.0), direct, rtol=0, atol=1e-11 * np.abs(direct).max())
+    assert_allclose(
+        stats.nudft(tau, u, om, origin=1000.0), direct, rtol=0, atol=1e-11 * np.abs(direct).max()
+    )
     # the direct fallback (tiny bucket sizes) agrees too
     assert_allclose(stats.nudft(tau, u, om, origin=1000.0, max_order=4), direct, atol=1e-9)
     basis = stats.ChebyshevBasis(tau, 4e-4, interval=(0.0, 131071.0))
-    assert_allclose(basis.transform(u[:, 0], om, origin=0.0), np.exp(-1j * np.outer(om, tau)) @ u[:, 0],
-                    atol=1e-11 * np.abs(direct).max())
+    assert_allclose(
+        basis.transform(u[:, 0], om, origin=0.0),
+        np.exp(-1j * np.outer(om, tau)) @ u[:, 0],
+        atol=1e-11 * np.abs(direct).max(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,9 +444,20 @@ def test_per_head_time_production_size() -> None:
     import subprocess
     import sys
 
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", _TIMING_SCRIPT], env=env, capture_output=True, text=True,
-                         check=True, timeout=600)
+    env = {
+        **os.environ,
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _TIMING_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     best = float(out.stdout.strip().splitlines()[-1])
     assert best < 0.5, f"{best * 1e3:.0f} ms per head"
 
@@ -421,8 +471,12 @@ def _read(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     t = pq.read_table(path, columns=["bucket", "example_id", "position", "vector"])
     vec = t.column("vector").combine_chunks()
     d = vec.type.list_size
-    return (vec.values.to_numpy().reshape(-1, d), t.column("position").to_numpy(),
-            t.column("example_id").to_numpy(), t.column("bucket").to_numpy())
+    return (
+        vec.values.to_numpy().reshape(-1, d),
+        t.column("position").to_numpy(),
+        t.column("example_id").to_numpy(),
+        t.column("bucket").to_numpy(),
+    )
 
 
 def _fixture_heads(root: Path) -> list[HeadData]:
@@ -435,9 +489,22 @@ def _fixture_heads(root: Path) -> list[HeadData]:
         layer, q_head = int(qdir.name[1:3]), int(qdir.name[4:6])
         q, t, qe, qb = _read(qdir / "data.parquet")
         k, s, ke, kb = _read(root / f"l{layer:02d}h{q_head // ratio:02d}k" / "data.parquet")
-        heads.append(HeadData(q=q, q_pos=t, q_example=qe, q_bucket=qb, k=k, k_pos=s, k_example=ke, k_bucket=kb,
-                              context_length=int(meta["tokenizer_max_length"]),
-                              bucket_size=int(meta["sampling_bucket_size"]), layer=layer, q_head=q_head))
+        heads.append(
+            HeadData(
+                q=q,
+                q_pos=t,
+                q_example=qe,
+                q_bucket=qb,
+                k=k,
+                k_pos=s,
+                k_example=ke,
+                k_bucket=kb,
+                context_length=int(meta["tokenizer_max_length"]),
+                bucket_size=int(meta["sampling_bucket_size"]),
+                layer=layer,
+                q_head=q_head,
+            )
+        )
     return heads
 
 

@@ -10,14 +10,31 @@ from pathlib import Path
 
 import pytest
 
-WORDS = ("attention", "query", "key", "rotary", "position", "warehouse", "layer", "head", "token",
-         "vector", "bucket", "sample", "norm", "window", "context")
+WORDS = (
+    "attention",
+    "query",
+    "key",
+    "rotary",
+    "position",
+    "warehouse",
+    "layer",
+    "head",
+    "token",
+    "vector",
+    "bucket",
+    "sample",
+    "norm",
+    "window",
+    "context",
+)
 
 
 def need_capture_extra():
     """Skip unless the capture extra (torch, transformers) is installed."""
     pytest.importorskip("torch", reason="capture extra not installed (pip install 'qkwh[capture]')")
-    pytest.importorskip("transformers", reason="capture extra not installed (pip install 'qkwh[capture]')")
+    pytest.importorskip(
+        "transformers", reason="capture extra not installed (pip install 'qkwh[capture]')"
+    )
 
 
 def make_tokenizer():
@@ -31,7 +48,9 @@ def make_tokenizer():
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
     return fast, len(vocab)
 
 
@@ -56,19 +75,43 @@ def build_model(kind: str, folder: Path) -> Path:
 
     tokenizer, vocab = make_tokenizer()
     torch.manual_seed({"llama": 1, "qwen3": 2, "sliding": 3}[kind])
-    common = dict(vocab_size=vocab, hidden_size=48, intermediate_size=64, max_position_embeddings=512,
-                  bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=48,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     if kind == "llama":  # GQA 4:2, attention biases, a non-default RoPE base
-        cfg = LlamaConfig(**common, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                          attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+        cfg = LlamaConfig(
+            **common,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            attention_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        )
         model = LlamaForCausalLM(cfg)
     else:  # per-head q/k RMSNorm, GQA 6:2
         extra = {}
         if kind == "sliding":
-            extra = dict(use_sliding_window=True, sliding_window=16,
-                         layer_types=["full_attention", "sliding_attention", "full_attention"])
-        cfg = Qwen3Config(**common, num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, head_dim=16,
-                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **extra)
+            extra = dict(
+                use_sliding_window=True,
+                sliding_window=16,
+                layer_types=["full_attention", "sliding_attention", "full_attention"],
+            )
+        cfg = Qwen3Config(
+            **common,
+            num_hidden_layers=3,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=16,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            **extra,
+        )
         model = Qwen3ForCausalLM(cfg)
     _randomise(model, seed=len(kind))
     model.save_pretrained(folder)
@@ -76,12 +119,21 @@ def build_model(kind: str, folder: Path) -> Path:
     return folder
 
 
-def write_docs(path: Path, n: int, *, seed: int = 0, min_words: int = 20, max_words: int = 60,
-               string_ids: bool = True) -> Path:
+def write_docs(
+    path: Path,
+    n: int,
+    *,
+    seed: int = 0,
+    min_words: int = 20,
+    max_words: int = 60,
+    string_ids: bool = True,
+) -> Path:
     """A JSONL source of ``n`` documents (ids as strings, hashed by the capture, or ints)."""
     rng = random.Random(seed)
     with path.open("w") as fh:
         for i in range(n):
             text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(min_words, max_words)))
-            fh.write(json.dumps({"id": f"doc-{i}" if string_ids else 1000 + i, "text": text}) + "\n")
+            fh.write(
+                json.dumps({"id": f"doc-{i}" if string_ids else 1000 + i, "text": text}) + "\n"
+            )
     return path

@@ -12,7 +12,9 @@ from capture_helpers import build_model, need_capture_extra, write_docs
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
     need_capture_extra()
     root = tmp_path_factory.mktemp("models")
-    return {kind: build_model(kind, root / f"tiny-{kind}") for kind in ("llama", "qwen3", "sliding")}
+    return {
+        kind: build_model(kind, root / f"tiny-{kind}") for kind in ("llama", "qwen3", "sliding")
+    }
 
 
 @pytest.fixture(scope="session")

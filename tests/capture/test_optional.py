@@ -19,7 +19,8 @@ def test_missing_extra_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_core_import_stays_torch_free():
-    code = "import sys, qkwh, qkwh.cli, qkwh.capture.run, qkwh.ingest; print('torch' in sys.modules)"
+    code = (
+        "import sys, qkwh, qkwh.cli, qkwh.capture.run, qkwh.ingest; print('torch' in sys.modules)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
-

@@ -27,7 +27,9 @@ SAMPLE = Path(__file__).resolve().parents[2] / "warehouse" / "sample" / "smollm2
 
 def masks(spec: SamplerSpec, *, examples: range, layer: int, kind: str, seq_len: int) -> np.ndarray:
     """(n_examples, seq_len) bool masks."""
-    return np.stack([keep_mask(spec, example_id=e, layer=layer, kind=kind, seq_len=seq_len) for e in examples])
+    return np.stack(
+        [keep_mask(spec, example_id=e, layer=layer, kind=kind, seq_len=seq_len) for e in examples]
+    )
 
 
 def within_poisson(count: float, mean: float, var: float, z: float = 5.0) -> bool:
@@ -47,8 +49,11 @@ def test_masks_reproduce_every_position_of_the_embedded_sample():
         t = pq.read_table(folder / "data.parquet", columns=["example_id", "position", "bucket"])
         ex, pos = t["example_id"].to_numpy(), t["position"].to_numpy()
         for e, n in lengths.items():
-            want = np.flatnonzero(keep_mask(spec, example_id=e, layer=int(folder.name[1:3]), kind=folder.name[-1],
-                                            seq_len=n))
+            want = np.flatnonzero(
+                keep_mask(
+                    spec, example_id=e, layer=int(folder.name[1:3]), kind=folder.name[-1], seq_len=n
+                )
+            )
             np.testing.assert_array_equal(pos[ex == e], want, err_msg=f"{folder.name} example {e}")
             checked += 1
         np.testing.assert_array_equal(t["bucket"].to_numpy(), spec.bucket_of(pos))
@@ -74,18 +79,22 @@ def test_uniform_counts_per_bucket_within_poisson_bounds_and_q_k_independent():
     assert not np.array_equal(q, k)
     # other layers draw other masks; the same (example, layer, kind) draws the same mask
     assert not np.array_equal(q, masks(spec, examples=range(n_ex), layer=6, kind="q", seq_len=seq))
-    np.testing.assert_array_equal(q[:5], masks(spec, examples=range(5), layer=5, kind="q", seq_len=seq))
+    np.testing.assert_array_equal(
+        q[:5], masks(spec, examples=range(5), layer=5, kind="q", seq_len=seq)
+    )
 
 
 def test_log_uniform_counts_per_bucket_within_poisson_bounds():
     need_capture_extra()
-    spec = SamplerSpec("log_uniform", bucket_size=100, base_rate=2.0)  # P = 7: first bucket [0, 255)
+    spec = SamplerSpec(
+        "log_uniform", bucket_size=100, base_rate=2.0
+    )  # P = 7: first bucket [0, 255)
     n_ex, seq = 200, 4096
     m = masks(spec, examples=range(n_ex), layer=0, kind="k", seq_len=seq)
     pos = np.arange(seq)
     bucket = spec.bucket_of(pos)
     assert bucket[0] == 7 and bucket[254] == 7 and bucket[255] == 8 and bucket[4094] == 11
-    prob = np.minimum(1.0, 2.0 / 2.0 ** bucket)
+    prob = np.minimum(1.0, 2.0 / 2.0**bucket)
     for b in np.unique(bucket):
         sel = bucket == b
         mean = n_ex * prob[sel].sum()
@@ -110,10 +119,20 @@ def test_seeds_separate_examples_layers_and_kinds():
 
 def test_head_sampling_reproduces_the_embedded_sample_selection():
     meta = json.loads((SAMPLE / "_saver_state.json").read_text())["model_metadata"]
-    sel = select_heads(num_layers=30, num_query_heads=9, num_key_heads=3, count=meta["head_sampling_requested_query_heads"],
-                       seed=meta["head_sampling_seed"], full_attention_only=False)
-    for key in ("head_sampling_selected_query_heads", "head_sampling_selected_key_heads",
-                "head_sampling_num_layers", "head_sampling_strategy"):
+    sel = select_heads(
+        num_layers=30,
+        num_query_heads=9,
+        num_key_heads=3,
+        count=meta["head_sampling_requested_query_heads"],
+        seed=meta["head_sampling_seed"],
+        full_attention_only=False,
+    )
+    for key in (
+        "head_sampling_selected_query_heads",
+        "head_sampling_selected_key_heads",
+        "head_sampling_num_layers",
+        "head_sampling_strategy",
+    ):
         assert sel.metadata[key] == meta[key], key
     for folder in SAMPLE.glob("l??h??[qk]"):  # the sample keeps 12 of the 60 heads
         layer, head, kind = int(folder.name[1:3]), int(folder.name[4:6]), folder.name[-1]
@@ -121,21 +140,29 @@ def test_head_sampling_reproduces_the_embedded_sample_selection():
 
 
 def test_head_sampling_rules():
-    sel = select_heads(num_layers=4, num_query_heads=6, num_key_heads=2, count=5, seed=7, sliding_layers={1, 3})
+    sel = select_heads(
+        num_layers=4, num_query_heads=6, num_key_heads=2, count=5, seed=7, sliding_layers={1, 3}
+    )
     assert sum(len(v) for v in sel.query_heads.values()) == 5
     assert set(sel.query_heads) <= {0, 2}  # full attention only: sliding layers are not candidates
     for layer, heads in sel.query_heads.items():
         assert sel.key_heads[layer] == tuple(sorted({h // 3 for h in heads}))
     assert sel.metadata["head_sampling_sliding_candidates_excluded"] == 12
-    assert select_heads(num_layers=4, num_query_heads=6, num_key_heads=2, count=5, seed=7,
-                        sliding_layers={1, 3}) == sel
+    assert (
+        select_heads(
+            num_layers=4, num_query_heads=6, num_key_heads=2, count=5, seed=7, sliding_layers={1, 3}
+        )
+        == sel
+    )
     everything = select_heads(num_layers=2, num_query_heads=4, num_key_heads=4, count=300, seed=0)
     assert everything.query_heads == {0: (0, 1, 2, 3), 1: (0, 1, 2, 3)}
     assert everything.metadata["head_sampling_selected_query_heads"] == 8
     with pytest.raises(ValueError, match="not a multiple"):
         select_heads(num_layers=2, num_query_heads=6, num_key_heads=4, count=3, seed=0)
     with pytest.raises(ValueError, match="no candidate heads"):
-        select_heads(num_layers=2, num_query_heads=2, num_key_heads=1, count=3, seed=0, sliding_layers={0, 1})
+        select_heads(
+            num_layers=2, num_query_heads=2, num_key_heads=1, count=3, seed=0, sliding_layers={0, 1}
+        )
 
 
 def test_example_ids():
@@ -144,4 +171,8 @@ def test_example_ids():
     a, b = normalize_example_id("doc-1"), normalize_example_id("doc-2")
     assert a != b and a == normalize_example_id("doc-1") and -(2**63) <= a < 2**63
     assert normalize_example_id(2**70) == normalize_example_id(str(2**70))  # too wide: hashed
-    assert stored_example_id(5) == 5 and stored_example_id(2**31) == -(2**31) and stored_example_id(2**32 + 9) == 9
+    assert (
+        stored_example_id(5) == 5
+        and stored_example_id(2**31) == -(2**31)
+        and stored_example_id(2**32 + 9) == 9
+    )

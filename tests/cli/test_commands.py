@@ -42,8 +42,22 @@ def ok(*args: str):
 def computed(tmp_path: Path) -> tuple[Path, Path]:
     """(warehouse, data folder): one synthetic model, 4 heads, PCA computed."""
     data, db = tmp_path / MODEL, tmp_path / "wh.duckdb"
-    ok("synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-       "--rows", "300", "--seed", "4")
+    ok(
+        "synth",
+        str(data),
+        "--layers",
+        "2",
+        "--q-heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "16",
+        "--rows",
+        "300",
+        "--seed",
+        "4",
+    )
     ok("ingest", str(data), "--model-id", MODEL, "-w", str(db))
     ok("compute", "-w", str(db), "-a", "pca", "-j", "1")
     return db, data
@@ -74,7 +88,10 @@ def test_remove_says_what_it_deletes_and_needs_yes_without_a_terminal(computed):
 
     r = ok("remove", MODEL, "--yes", "-w", str(db))
     assert f"removed {MODEL}" in r.stdout
-    assert _count(db, "SELECT count(*) FROM models") == 0 and _count(db, "SELECT count(*) FROM pca_heads") == 0
+    assert (
+        _count(db, "SELECT count(*) FROM models") == 0
+        and _count(db, "SELECT count(*) FROM pca_heads") == 0
+    )
 
 
 def test_remove_on_a_terminal_asks(computed, monkeypatch):
@@ -96,8 +113,10 @@ def test_reingest_that_drops_results_needs_yes(computed):
     before = snapshot(db)
     r = cli("ingest", str(data), "--model-id", MODEL, "-w", str(db))
     assert r.exit_code == 2, r.output + r.stderr
-    assert (f"re-ingesting {MODEL} drops computed results (the files of 1 head(s) changed or are gone): "
-            "1 computed head(s); rows: ") in r.stderr
+    assert (
+        f"re-ingesting {MODEL} drops computed results (the files of 1 head(s) changed or are gone): "
+        "1 computed head(s); rows: "
+    ) in r.stderr
     assert "pca_heads 1" in r.stderr and "head_runs 1" in r.stderr
     assert "pass --yes" in r.stderr
     assert snapshot(db) == before
@@ -118,7 +137,10 @@ def test_reingest_that_keeps_results_does_not_ask(computed):
 def test_compute_force_says_what_it_replaces(computed):
     db, _ = computed
     r = ok("compute", "-w", str(db), "-a", "pca", "-j", "1", "--force")
-    assert "--force: the stored results of 4 computed head(s) (pca) are recomputed and replaced" in r.stderr
+    assert (
+        "--force: the stored results of 4 computed head(s) (pca) are recomputed and replaced"
+        in r.stderr
+    )
     assert "computed 4 head(s)" in r.stdout
 
 
@@ -131,14 +153,27 @@ def test_findings_of_an_unknown_model_is_not_found(computed):
     db, _ = computed
     r = cli("findings", "synth-x", "-w", str(db))
     assert r.exit_code == 4
-    assert f"no model 'synth-x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})" in r.stderr
+    assert (
+        f"no model 'synth-x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})" in r.stderr
+    )
     ok("findings", MODEL, "-w", str(db))
 
 
-@pytest.mark.parametrize("args", [
-    ["compute", "-j", "1"], ["sql", "SELECT 1"], ["models"], ["findings"], ["remove", "m", "--yes"],
-    ["build"], ["report"], ["export", "models"], ["compare", "a", "b"], ["docs"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compute", "-j", "1"],
+        ["sql", "SELECT 1"],
+        ["models"],
+        ["findings"],
+        ["remove", "m", "--yes"],
+        ["build"],
+        ["report"],
+        ["export", "models"],
+        ["compare", "a", "b"],
+        ["docs"],
+    ],
+)
 def test_commands_that_need_data_never_create_a_warehouse(tmp_path: Path, args: list[str]):
     db = tmp_path / "nothing-here.duckdb"
     r = cli(*args, "-w", str(db))
@@ -159,15 +194,41 @@ def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
 
     r = ok("sql", query, "-w", str(db), "--format", "csv", "--max-rows", "2")
     rows = list(csv.reader(io.StringIO(r.stdout)))
-    assert len(rows) == 1 + 6 and len(rows[0]) == n_cols  # header + every row; --max-rows is for tables
+    assert (
+        len(rows) == 1 + 6 and len(rows[0]) == n_cols
+    )  # header + every row; --max-rows is for tables
 
-    r = ok("sql", "SELECT layer, head, kind, 'nan'::DOUBLE AS x FROM files ORDER BY 1, 2, 3", "-w", str(db), "-f", "json")
+    r = ok(
+        "sql",
+        "SELECT layer, head, kind, 'nan'::DOUBLE AS x FROM files ORDER BY 1, 2, 3",
+        "-w",
+        str(db),
+        "-f",
+        "json",
+    )
     records = json.loads(r.stdout)
     assert len(records) == 6 and records[0] == {"layer": 0, "head": 0, "kind": "k", "x": None}
 
-    r = ok("sql", "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3", "-w", str(db), "--max-rows", "2")
-    assert "showing 2 of 6 rows (--max-rows 0 shows all)" in r.stdout and "--format csv or json" in r.stdout
-    r = ok("sql", "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3", "-w", str(db), "--max-rows", "0")
+    r = ok(
+        "sql",
+        "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3",
+        "-w",
+        str(db),
+        "--max-rows",
+        "2",
+    )
+    assert (
+        "showing 2 of 6 rows (--max-rows 0 shows all)" in r.stdout
+        and "--format csv or json" in r.stdout
+    )
+    r = ok(
+        "sql",
+        "SELECT layer, head, kind FROM files ORDER BY 1, 2, 3",
+        "-w",
+        str(db),
+        "--max-rows",
+        "0",
+    )
     assert "6 row(s)" in r.stdout and "showing" not in r.stdout
     wide = "SELECT " + ", ".join(f"{i} AS c{i}" for i in range(40))
     r = ok("sql", wide, "-w", str(db))
@@ -176,22 +237,31 @@ def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
     assert r.exit_code == 2 and "--format must be table, csv or json" in r.stderr
 
 
-@pytest.mark.parametrize(("param", "message"), [
-    ("rotation.t_active=-1", "rotation.t_active must be in [0, 1]; got -1.0"),
-    ("rotation.t_active=1.5", "rotation.t_active must be in [0, 1]; got 1.5"),
-    ("rotation.max_pairs=0", "rotation.max_pairs must be a positive integer; got 0"),
-    ("rotation.omega_grid=0", "rotation.omega_grid must be a positive integer; got 0"),
-    ("plasticity.p_alpha=0", "plasticity.p_alpha must be in (0, 1); got 0.0"),
-    ("plasticity.p_alpha=1", "plasticity.p_alpha must be in (0, 1); got 1.0"),
-    ("plasticity.eps=-1e-9", "plasticity.eps must be >= 0; got -1e-09"),
-    ("plasticity.var_floor=nan", "plasticity.var_floor must be a finite number; got nan"),
-    ("plasticity.normality_max_dims=0", "plasticity.normality_max_dims must be a positive integer; got 0"),
-    ("plasticity.num_pairs_per_bucket=-5", "plasticity.num_pairs_per_bucket must be a positive integer; got -5"),
-    ("seed=-1", "seed must be >= 0; got -1"),
-    ("max_tokens_per_head=0", "max_tokens_per_head must be a positive integer; got 0"),
-    ("pca.n_components=0", "pca.n_components must be a positive integer; got 0"),
-    ("pca.sign_threshold=2", "pca.sign_threshold must be in [0, 1]; got 2.0"),
-])
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [
+        ("rotation.t_active=-1", "rotation.t_active must be in [0, 1]; got -1.0"),
+        ("rotation.t_active=1.5", "rotation.t_active must be in [0, 1]; got 1.5"),
+        ("rotation.max_pairs=0", "rotation.max_pairs must be a positive integer; got 0"),
+        ("rotation.omega_grid=0", "rotation.omega_grid must be a positive integer; got 0"),
+        ("plasticity.p_alpha=0", "plasticity.p_alpha must be in (0, 1); got 0.0"),
+        ("plasticity.p_alpha=1", "plasticity.p_alpha must be in (0, 1); got 1.0"),
+        ("plasticity.eps=-1e-9", "plasticity.eps must be >= 0; got -1e-09"),
+        ("plasticity.var_floor=nan", "plasticity.var_floor must be a finite number; got nan"),
+        (
+            "plasticity.normality_max_dims=0",
+            "plasticity.normality_max_dims must be a positive integer; got 0",
+        ),
+        (
+            "plasticity.num_pairs_per_bucket=-5",
+            "plasticity.num_pairs_per_bucket must be a positive integer; got -5",
+        ),
+        ("seed=-1", "seed must be >= 0; got -1"),
+        ("max_tokens_per_head=0", "max_tokens_per_head must be a positive integer; got 0"),
+        ("pca.n_components=0", "pca.n_components must be a positive integer; got 0"),
+        ("pca.sign_threshold=2", "pca.sign_threshold must be in [0, 1]; got 2.0"),
+    ],
+)
 def test_out_of_range_parameters_are_refused(computed, param: str, message: str):
     db, _ = computed
     before = snapshot(db)
@@ -204,13 +274,25 @@ def test_out_of_range_parameters_are_refused(computed, param: str, message: str)
 def test_boundary_values_are_accepted():
     from qkwh.params import RunConfig
 
-    cfg = RunConfig().with_overrides({"rotation.t_active": "0", "pca.sign_threshold": "1", "seed": "0",
-                                      "plasticity.eps": "0", "plasticity.var_floor": "0",
-                                      "plasticity.p_alpha": "0.999", "rotation.max_pairs": "1"})
-    assert cfg.rotation.t_active == 0.0 and cfg.pca.sign_threshold == 1.0 and cfg.plasticity.eps == 0.0
+    cfg = RunConfig().with_overrides(
+        {
+            "rotation.t_active": "0",
+            "pca.sign_threshold": "1",
+            "seed": "0",
+            "plasticity.eps": "0",
+            "plasticity.var_floor": "0",
+            "plasticity.p_alpha": "0.999",
+            "rotation.max_pairs": "1",
+        }
+    )
+    assert (
+        cfg.rotation.t_active == 0.0 and cfg.pca.sign_threshold == 1.0 and cfg.plasticity.eps == 0.0
+    )
     with pytest.raises(ValueError, match=r"plasticity\.orientation must be true or false"):
         RunConfig.from_dict({"plasticity": {"orientation": "yes"}})
-    with pytest.raises(ValueError, match=r"rotation\.max_pairs must be a positive integer; got 2\.5"):
+    with pytest.raises(
+        ValueError, match=r"rotation\.max_pairs must be a positive integer; got 2\.5"
+    ):
         RunConfig.from_dict({"rotation": {"max_pairs": 2.5}})
 
 
@@ -221,4 +303,6 @@ def test_report_never_writes_into_a_folder_that_is_not_a_report(computed, tmp_pa
     (folder / "index.html").write_text("my own page")
     r = cli("report", "-w", str(db), "-o", str(folder))
     assert r.exit_code == 2 and f"{folder} is not empty and holds no qkwh report" in r.stderr
-    assert [p.name for p in folder.iterdir()] == ["index.html"] and (folder / "index.html").read_text() == "my own page"
+    assert [p.name for p in folder.iterdir()] == ["index.html"] and (
+        folder / "index.html"
+    ).read_text() == "my own page"

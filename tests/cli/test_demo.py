@@ -34,9 +34,14 @@ def _rows_of(db: Path, model_ids: list[str], *, raw: bool = False) -> dict[str, 
     try:
         out = {}
         for table in store.tables_with_column(con, "model_id"):
-            rows = con.execute(f"SELECT * FROM {store.quote_ident(table)} WHERE model_id IN "
-                               f"(SELECT unnest(?::VARCHAR[]))", [model_ids]).fetchall()
-            out[table] = sorted(rows, key=lambda r: repr(_rounded(r))) if raw else sorted(map(repr, rows))
+            rows = con.execute(
+                f"SELECT * FROM {store.quote_ident(table)} WHERE model_id IN "
+                f"(SELECT unnest(?::VARCHAR[]))",
+                [model_ids],
+            ).fetchall()
+            out[table] = (
+                sorted(rows, key=lambda r: repr(_rounded(r))) if raw else sorted(map(repr, rows))
+            )
         return out
     finally:
         con.close()
@@ -54,7 +59,11 @@ def _rounded(value):
 
 def _close(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+        return (
+            a == b
+            or (math.isnan(a) and math.isnan(b))
+            or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+        )
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -84,8 +93,22 @@ def research_warehouse(tmp_path: Path) -> Path:
     db = tmp_path / "research.duckdb"
     for name, seed in (("synth-a", 1), ("synth-b", 2)):
         data = tmp_path / name
-        r = cli("synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                "--rows", "600", "--seed", str(seed))
+        r = cli(
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "600",
+            "--seed",
+            str(seed),
+        )
         assert r.exit_code == 0, r.output
         r = cli("ingest", str(data), "--model-id", name, "-w", str(db))
         assert r.exit_code == 0, r.output + r.stderr
@@ -95,7 +118,9 @@ def research_warehouse(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(research_warehouse: Path, tmp_path: Path):
+def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(
+    research_warehouse: Path, tmp_path: Path
+):
     db = research_warehouse
     others = ["synth-a", "synth-b"]
     before = _rows_of(db, others)
@@ -115,7 +140,9 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(research_wareh
     con = duckdb.connect(str(db), read_only=True)
     try:
         models = [m for (m,) in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        summary = [m for (m,) in con.execute("SELECT model_id FROM model_summary ORDER BY 1").fetchall()]
+        summary = [
+            m for (m,) in con.execute("SELECT model_id FROM model_summary ORDER BY 1").fetchall()
+        ]
         runs = dict(con.execute("SELECT model_id, count(*) FROM head_runs GROUP BY 1").fetchall())
     finally:
         con.close()
@@ -136,8 +163,23 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(research_wareh
 def test_demo_refuses_a_different_model_under_the_sample_id(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     data = tmp_path / "mine"
-    assert cli("synth", str(data), "--layers", "1", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-               "--rows", "300").exit_code == 0
+    assert (
+        cli(
+            "synth",
+            str(data),
+            "--layers",
+            "1",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "300",
+        ).exit_code
+        == 0
+    )
     assert cli("ingest", str(data), "--model-id", SAMPLE_MODEL_ID, "-w", str(db)).exit_code == 0
     before = snapshot(db)
     r = cli("demo", "-w", str(db), "-o", str(tmp_path / "rep"))
@@ -169,8 +211,9 @@ def test_demo_refuses_a_foreign_duckdb_file(tmp_path: Path):
     assert snapshot(db) == before
 
 
-def test_demo_defaults_to_the_default_warehouse_in_the_working_directory(tmp_path: Path, monkeypatch,
-                                                                        research_warehouse: Path):
+def test_demo_defaults_to_the_default_warehouse_in_the_working_directory(
+    tmp_path: Path, monkeypatch, research_warehouse: Path
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("QKWH_WAREHOUSE", str(research_warehouse))
     plan = prepare()

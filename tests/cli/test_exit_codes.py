@@ -36,10 +36,24 @@ def cli(*args: str):
 def warehouse(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("exit-codes")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
-    for args in (["synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                  "--rows", "300"],
-                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
-                 ["compute", "-w", str(db), "-a", "pca", "-j", "1"]):
+    for args in (
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "300",
+        ],
+        ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+        ["compute", "-w", str(db), "-a", "pca", "-j", "1"],
+    ):
         r = cli(*args)
         assert r.exit_code == 0, r.output + r.stderr
     return db, data
@@ -106,7 +120,9 @@ def _unknown_analysis(warehouse, tmp_path):
 
 def _missing_extra(warehouse, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(sys.modules, "ray", None)  # `import ray` fails as when the extra is not installed
+        mp.setitem(
+            sys.modules, "ray", None
+        )  # `import ray` fails as when the extra is not installed
         r = cli("compute", "-w", str(warehouse[0]), "--executor", "ray", "--force")
     assert "pip install 'qkwh[ray]'" in r.stderr
     return r
@@ -142,7 +158,9 @@ def _foreign_duckdb_file(warehouse, tmp_path):
     r = cli("status", "-w", str(other))
     con = duckdb.connect(str(other), read_only=True)
     try:
-        assert [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()] == ["notes"]
+        assert [
+            t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        ] == ["notes"]
     finally:
         con.close()
     return r
@@ -152,20 +170,36 @@ def _locked(warehouse, tmp_path):
     db, _ = warehouse
     # the holder keeps the warehouse open until its stdin closes (no time limit: no race on a slow machine)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
-         "print('holding', flush=True); sys.stdin.read()", str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys; con = duckdb.connect(sys.argv[1]); "
+            "print('holding', flush=True); sys.stdin.read()",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
-            results = [cli(*args, "-w", str(db)) for args in (["compute", "-j", "1"], ["sql", "SELECT 1"],
-                                                              ["remove", MODEL, "--yes"])]
+            results = [
+                cli(*args, "-w", str(db))
+                for args in (
+                    ["compute", "-j", "1"],
+                    ["sql", "SELECT 1"],
+                    ["remove", MODEL, "--yes"],
+                )
+            ]
     finally:
         holder.kill()
         holder.wait()
     for r in results:
-        assert r.exit_code == 3 and f"warehouse {db} is locked by another process" in r.stderr, r.stderr
+        assert r.exit_code == 3 and f"warehouse {db} is locked by another process" in r.stderr, (
+            r.stderr
+        )
     return results[0]
 
 
@@ -230,10 +264,14 @@ def test_the_readme_table_lists_exactly_the_situations_walked_here():
     assert sorted(s for _, s in TABLE) == sorted(SITUATIONS)
 
 
-@pytest.mark.parametrize(("code", "situation"), [(c, s) for c, s in TABLE if SITUATIONS.get(s)],
-                         ids=[s for c, s in TABLE if SITUATIONS.get(s)])
-def test_each_situation_of_the_readme_table_exits_with_its_code(warehouse, tmp_path: Path, code: int,
-                                                                 situation: str):
+@pytest.mark.parametrize(
+    ("code", "situation"),
+    [(c, s) for c, s in TABLE if SITUATIONS.get(s)],
+    ids=[s for c, s in TABLE if SITUATIONS.get(s)],
+)
+def test_each_situation_of_the_readme_table_exits_with_its_code(
+    warehouse, tmp_path: Path, code: int, situation: str
+):
     r = SITUATIONS[situation](warehouse, tmp_path)
     assert r.exit_code == code, (situation, r.output + r.stderr)
 
@@ -246,8 +284,14 @@ def test_130_ctrl_c_in_build_prints_one_line(warehouse, tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     shutil.copy(warehouse[0], db)
     env = {k: v for k, v in os.environ.items() if k != "QKWH_WAREHOUSE"}
-    proc = subprocess.Popen([sys.executable, "-m", "qkwh.cli", "build", "-w", str(db)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkwh.cli", "build", "-w", str(db)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     started = threading.Event()
 
@@ -269,7 +313,11 @@ def test_130_ctrl_c_in_build_prints_one_line(warehouse, tmp_path: Path):
     reader.join(10)
     text = "\n".join(lines)
     assert code == 130, text
-    assert "Traceback" not in text and "KeyboardInterrupt" not in text and "Encountered an error" not in text
+    assert (
+        "Traceback" not in text
+        and "KeyboardInterrupt" not in text
+        and "Encountered an error" not in text
+    )
     interrupted = [line for line in lines if "interrupted" in line]
     assert len(interrupted) == 1 and interrupted[0] == lines[-1], text
     assert lines[-1].startswith("error: dbt build interrupted: marts built so far are kept")

@@ -19,16 +19,34 @@ from tests.conftest import snapshot
 runner = CliRunner()
 
 COMMANDS = (
-    ["status"], ["models"], ["findings"], ["runs"], ["runs", "list"], ["runs", "use", "d717"],
-    ["runs", "drop", "d717", "--yes"], ["runs", "diff", "a", "b"], ["remove", "x", "--yes"], ["compute"],
-    ["sql", "SELECT 1"], ["export", "models"], ["compare", "a", "b"], ["report"], ["build"], ["docs"],
+    ["status"],
+    ["models"],
+    ["findings"],
+    ["runs"],
+    ["runs", "list"],
+    ["runs", "use", "d717"],
+    ["runs", "drop", "d717", "--yes"],
+    ["runs", "diff", "a", "b"],
+    ["remove", "x", "--yes"],
+    ["compute"],
+    ["sql", "SELECT 1"],
+    ["export", "models"],
+    ["compare", "a", "b"],
+    ["report"],
+    ["build"],
+    ["docs"],
 )
 
 
 def _names(db: Path) -> list[str]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables ORDER BY 1"
+            ).fetchall()
+        ]
     finally:
         con.close()
 
@@ -71,4 +89,6 @@ def test_an_empty_duckdb_file_is_not_a_warehouse_to_read(tmp_path: Path):
     db = tmp_path / "empty.duckdb"
     duckdb.connect(str(db)).close()
     r = runner.invoke(app, ["status", "-w", str(db)])
-    assert r.exit_code == 2 and "is not a qkwh warehouse: it is an empty DuckDB database" in r.stderr
+    assert (
+        r.exit_code == 2 and "is not a qkwh warehouse: it is an empty DuckDB database" in r.stderr
+    )

@@ -27,8 +27,9 @@ def test_family_and_label_flags_win_and_a_registry_conflict_is_noted(tmp_path: P
     assert r.exit_code == 0, r.output
     assert _model(db) == ("SmolLM2", None, True)  # registry family; no label -> reports use the id
 
-    r = runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db), "--label", "SmolLM2 135M",
-                            "--family", "Tiny"])
+    r = runner.invoke(
+        app, ["ingest", str(SAMPLE), "-w", str(db), "--label", "SmolLM2 135M", "--family", "Tiny"]
+    )
     assert r.exit_code == 0, r.output
     assert "replaced" in r.output  # only the catalog row changes
     assert "registry_mismatch" in r.output and "Tiny" in r.output
@@ -46,8 +47,21 @@ def test_family_and_label_flags_win_and_a_registry_conflict_is_noted(tmp_path: P
 def test_reingest_without_family_or_label_keeps_them(tmp_path: Path):
     """The same source twice changes nothing: re-ingesting without the flags keeps what they set."""
     db = tmp_path / "wh.duckdb"
-    r = runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db), "--model-id", "mine",
-                            "--family", "Tiny", "--label", "My model"])
+    r = runner.invoke(
+        app,
+        [
+            "ingest",
+            str(SAMPLE),
+            "-w",
+            str(db),
+            "--model-id",
+            "mine",
+            "--family",
+            "Tiny",
+            "--label",
+            "My model",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert _model(db) == ("Tiny", "My model", False)
     before = snapshot(db)
@@ -56,14 +70,18 @@ def test_reingest_without_family_or_label_keeps_them(tmp_path: Path):
     assert "unchanged" in r.output
     assert snapshot(db) == before
 
-    r = runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db), "--model-id", "mine", "--label", "Renamed"])
+    r = runner.invoke(
+        app, ["ingest", str(SAMPLE), "-w", str(db), "--model-id", "mine", "--label", "Renamed"]
+    )
     assert r.exit_code == 0, r.output
     assert _model(db) == ("Tiny", "Renamed", False)  # the family not given is kept
 
 
 def test_reingest_keeps_a_family_that_overrides_the_registry(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
-    r = runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db), "--family", "Tiny", "--label", "L"])
+    r = runner.invoke(
+        app, ["ingest", str(SAMPLE), "-w", str(db), "--family", "Tiny", "--label", "L"]
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["ingest", str(SAMPLE), "-w", str(db)])
     assert r.exit_code == 0, r.output

@@ -34,8 +34,12 @@ def ok(*args: str):
 def _stored_comments(db: Path) -> dict[str, str]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return dict(con.execute("SELECT view_name, comment FROM duckdb_views() WHERE NOT temporary "
-                                "AND starts_with(view_name, 'vectors_')").fetchall())
+        return dict(
+            con.execute(
+                "SELECT view_name, comment FROM duckdb_views() WHERE NOT temporary "
+                "AND starts_with(view_name, 'vectors_')"
+            ).fetchall()
+        )
     finally:
         con.close()
 
@@ -48,8 +52,22 @@ def two_models(tmp_path_factory) -> tuple[Path, dict[str, Path], dict[str, int]]
     folders, rows = {}, {}
     for name, seed in ((A, 1), (B, 2)):
         folders[name] = tmp / name
-        ok("synth", str(folders[name]), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-           "--rows", "400", "--seed", str(seed))
+        ok(
+            "synth",
+            str(folders[name]),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "400",
+            "--seed",
+            str(seed),
+        )
         ok("ingest", str(folders[name]), "--model-id", name, "-w", str(db))
     ok("compute", "-w", str(db), "-j", "1")
     ok("build", "-w", str(db))
@@ -87,8 +105,12 @@ def test_a_moved_model_breaks_only_itself_with_a_clear_error(two_models, tmp_pat
         assert _count(db, f'SELECT count(*) FROM "vectors_{A}"') == rows[A]
         assert _count(db, f"SELECT count(*) FROM head_inputs('{A}')") == 4
         assert set(_stored_comments(db).values()) == {"qkwh vectors: files present"}
-        for query in ("SELECT count(*) FROM vectors", f"SELECT count(*) FROM vectors WHERE model_id = '{B}'",
-                      f'SELECT * FROM "vectors_{B}"', f"SELECT * FROM head_inputs('{B}')"):
+        for query in (
+            "SELECT count(*) FROM vectors",
+            f"SELECT count(*) FROM vectors WHERE model_id = '{B}'",
+            f'SELECT * FROM "vectors_{B}"',
+            f"SELECT * FROM head_inputs('{B}')",
+        ):
             r = cli("sql", query, "-w", str(db))
             assert r.exit_code == 4, (query, r.output + r.stderr)
             _missing_line(r, folders[B])
@@ -107,10 +129,15 @@ def test_a_moved_model_breaks_only_itself_with_a_clear_error(two_models, tmp_pat
         # that writable connection stored the state: plain DuckDB clients get the clear error too
         comments = _stored_comments(db)
         assert comments[f"vectors_{A}"] == "qkwh vectors: files present"
-        assert comments[f"vectors_{B}"].startswith("qkwh vectors: 6 of 6 files missing, e.g. " + str(folders[B]))
+        assert comments[f"vectors_{B}"].startswith(
+            "qkwh vectors: 6 of 6 files missing, e.g. " + str(folders[B])
+        )
         con = duckdb.connect(str(db), read_only=True)
         try:
-            assert con.execute(f"SELECT count(*) FROM vectors WHERE model_id = '{A}'").fetchone()[0] == rows[A]
+            assert (
+                con.execute(f"SELECT count(*) FROM vectors WHERE model_id = '{A}'").fetchone()[0]
+                == rows[A]
+            )
             with pytest.raises(duckdb.Error, match=f"the vectors of model '{B}' are unavailable"):
                 con.execute("SELECT count(*) FROM vectors").fetchone()
         finally:
@@ -121,8 +148,14 @@ def test_a_moved_model_breaks_only_itself_with_a_clear_error(two_models, tmp_pat
         assert "failed" not in r.stdout
         r = cli("report", "-w", str(db), "-o", str(tmp_path / "rep-all"))
         assert r.exit_code == 1, r.output + r.stderr
-        failed = [line for line in r.stdout.splitlines() if line.strip().startswith("left out") and "failed" in line]
-        assert failed and all(f"-{B}" in line and "the vectors of model" in line for line in failed), r.stdout
+        failed = [
+            line
+            for line in r.stdout.splitlines()
+            if line.strip().startswith("left out") and "failed" in line
+        ]
+        assert failed and all(
+            f"-{B}" in line and "the vectors of model" in line for line in failed
+        ), r.stdout
         assert any(f"collage-{A}" in p.name for p in (tmp_path / "rep-all" / "figures").iterdir())
     finally:
         moved.rename(folders[B])
@@ -136,9 +169,12 @@ def test_remote_files_are_never_checked(tmp_path: Path, monkeypatch):
     db = tmp_path / "wh.duckdb"
     con = store.connect(db)
     rest = "'l00h00q', 0, 0, 'q', 1, 4, 100, 'f', 1, false, 'list'"
-    con.execute("INSERT INTO files (model_id, path, config_name, layer, head, kind, rows, d, bytes, fingerprint, "
-                f"n_examples, has_pos0, vector_type) VALUES ('remote-m', 'hf://datasets/o/n@abc/l00h00q/data.parquet', "
-                f"{rest}), ('local-m', ?, {rest})", [str(tmp_path / "gone" / "data.parquet")])
+    con.execute(
+        "INSERT INTO files (model_id, path, config_name, layer, head, kind, rows, d, bytes, fingerprint, "
+        f"n_examples, has_pos0, vector_type) VALUES ('remote-m', 'hf://datasets/o/n@abc/l00h00q/data.parquet', "
+        f"{rest}), ('local-m', ?, {rest})",
+        [str(tmp_path / "gone" / "data.parquet")],
+    )
     checked: list[str] = []
     real = store.os.path.exists
     monkeypatch.setattr(store.os.path, "exists", lambda p: checked.append(p) or real(p))
@@ -148,9 +184,24 @@ def test_remote_files_are_never_checked(tmp_path: Path, monkeypatch):
     assert checked == [str(tmp_path / "gone" / "data.parquet")]
 
 
-def test_a_warehouse_from_before_per_model_views_is_upgraded_and_user_views_are_kept(tmp_path: Path):
+def test_a_warehouse_from_before_per_model_views_is_upgraded_and_user_views_are_kept(
+    tmp_path: Path,
+):
     data, db = tmp_path / "m", tmp_path / "wh.duckdb"
-    ok("synth", str(data), "--layers", "1", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "8", "--rows", "50")
+    ok(
+        "synth",
+        str(data),
+        "--layers",
+        "1",
+        "--q-heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--head-dim",
+        "8",
+        "--rows",
+        "50",
+    )
     ok("ingest", str(data), "--model-id", "m", "-w", str(db))
     con = duckdb.connect(str(db))
     n = con.execute("SELECT count(*) FROM vectors").fetchone()[0]
@@ -163,7 +214,10 @@ def test_a_warehouse_from_before_per_model_views_is_upgraded_and_user_views_are_
     assert _count(db, "SELECT count(*) FROM vectors") == n  # read-only: the old view still serves
     assert _stored_comments(db) == {"vectors_mine": None}
     store.connect(db).close()  # a writable connection writes the per-model views
-    assert _stored_comments(db) == {"vectors_m": "qkwh vectors: files present", "vectors_mine": None}
+    assert _stored_comments(db) == {
+        "vectors_m": "qkwh vectors: files present",
+        "vectors_mine": None,
+    }
     assert _count(db, 'SELECT count(*) FROM "vectors_m"') == n
     ok("remove", "m", "--yes", "-w", str(db))
     assert _stored_comments(db) == {"vectors_mine": None}  # the model's view went, the user's stays

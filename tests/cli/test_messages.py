@@ -32,16 +32,31 @@ def _commands(typer_app, prefix=()):
 def warehouse(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("messages")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
-    for args in (["synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                  "--rows", "300"],
-                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
-                 ["compute", "-w", str(db), "-a", "pca", "-j", "1"]):
+    for args in (
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "300",
+        ],
+        ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+        ["compute", "-w", str(db), "-a", "pca", "-j", "1"],
+    ):
         r = cli(*args)
         assert r.exit_code == 0, r.output + r.stderr
     return db
 
 
 # --- install hints keep the extra ------------------------------------------------------------
+
 
 def test_every_help_text_names_the_extra_in_its_install_hint():
     seen = set()
@@ -68,8 +83,18 @@ def test_missing_capture_extra_says_which_extra_and_is_bad_input(tmp_path, monke
     doc.write_text("hello")
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    r = cli("capture", str(tmp_path / "model"), "-t", str(doc), "-o", str(tmp_path / "out"), "--max-length", "64",
-            "--bucket-size", "4")
+    r = cli(
+        "capture",
+        str(tmp_path / "model"),
+        "-t",
+        str(doc),
+        "-o",
+        str(tmp_path / "out"),
+        "--max-length",
+        "64",
+        "--bucket-size",
+        "4",
+    )
     assert r.exit_code == 2, r.output + r.stderr
     assert "pip install 'qkwh[capture]'" in r.stderr
     assert not (tmp_path / "out").exists()
@@ -82,13 +107,17 @@ def test_messages_print_brackets_as_written(warehouse):
 
 # --- qkwh sql keeps DuckDB's hints and shows readable floats ----------------------------------
 
+
 def test_sql_errors_keep_duckdbs_hints(warehouse):
     r = cli("sql", "SELECT * FROM head_run", "-w", str(warehouse))
     assert r.exit_code == 1
     assert 'Did you mean "head_runs"' in r.stderr
     r = cli("sql", "SELECT model_idd FROM models", "-w", str(warehouse))
     assert r.exit_code == 1
-    assert "Candidate bindings" in r.stderr and "model_id" in r.stderr.split("Candidate bindings", 1)[1]
+    assert (
+        "Candidate bindings" in r.stderr
+        and "model_id" in r.stderr.split("Candidate bindings", 1)[1]
+    )
     r = cli("sql", "SELEC 1", "-w", str(warehouse))
     assert r.exit_code == 1 and "LINE 1: SELEC 1" in r.stderr and "^" in r.stderr
 
@@ -107,14 +136,26 @@ def test_sql_table_shows_six_significant_digits_csv_and_json_keep_all(warehouse)
 
 # --- unknown names get a "did you mean" ------------------------------------------------------
 
-@pytest.mark.parametrize(("args", "code", "says"), [
-    (["compute", "-a", "pcaa"], 2, "unknown analysis 'pcaa' (did you mean 'pca'?)"),
-    (["compute", "-m", MODEL + "x"], 4, f"no model '{MODEL}x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})"),
-    (["findings", MODEL[:-1]], 4, f"(did you mean '{MODEL}'?)"),
-    (["remove", MODEL + "x", "--yes"], 4, f"(did you mean '{MODEL}'?)"),
-    (["compute", "-p", "plastcity.empirical=true"], 2, "unknown parameter 'plastcity.empirical' (did you mean 'plasticity.empirical'?)"),
-    (["runs", "use", "bse"], 4, "no parameter set 'bse'"),
-])
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["compute", "-a", "pcaa"], 2, "unknown analysis 'pcaa' (did you mean 'pca'?)"),
+        (
+            ["compute", "-m", MODEL + "x"],
+            4,
+            f"no model '{MODEL}x' (did you mean '{MODEL}'?) in the warehouse (have: {MODEL})",
+        ),
+        (["findings", MODEL[:-1]], 4, f"(did you mean '{MODEL}'?)"),
+        (["remove", MODEL + "x", "--yes"], 4, f"(did you mean '{MODEL}'?)"),
+        (
+            ["compute", "-p", "plastcity.empirical=true"],
+            2,
+            "unknown parameter 'plastcity.empirical' (did you mean 'plasticity.empirical'?)",
+        ),
+        (["runs", "use", "bse"], 4, "no parameter set 'bse'"),
+    ],
+)
 def test_unknown_names_get_a_did_you_mean(warehouse, args, code, says):
     r = cli(*args, "-w", str(warehouse))
     assert r.exit_code == code, r.output + r.stderr
@@ -122,6 +163,7 @@ def test_unknown_names_get_a_did_you_mean(warehouse, args, code, says):
 
 
 # --- build: progress and a summary, dbt's log in its file -------------------------------------
+
 
 @pytest.mark.slow
 def test_build_prints_a_summary_and_keeps_dbts_log_in_its_file(warehouse, tmp_path):
@@ -134,16 +176,36 @@ def test_build_prints_a_summary_and_keeps_dbts_log_in_its_file(warehouse, tmp_pa
     log = tmp_path / "wh.dbt" / "logs" / "dbt.log"
     assert r.stdout.splitlines()[-1] == f"full log: {log}"
     assert "dbt build ok" in r.stdout
-    assert re.fullmatch(rf"dbt: building \d+ nodes \(full log: {re.escape(str(log))}\)\n", r.stderr), r.stderr
+    assert re.fullmatch(
+        rf"dbt: building \d+ nodes \(full log: {re.escape(str(log))}\)\n", r.stderr
+    ), r.stderr
     assert len(r.stdout.splitlines()) <= 3
     assert len(log.read_text().splitlines()) > 200  # everything dbt said is kept there
 
 
 def test_models_shows_the_label(tmp_path):
     data, db = tmp_path / "d", tmp_path / "wh.duckdb"
-    assert cli("synth", str(data), "--layers", "1", "--q-heads", "1", "--kv-heads", "1", "--head-dim", "8",
-               "--rows", "50").exit_code == 0
-    assert cli("ingest", str(data), "--model-id", "m1", "--label", "My Model", "-w", str(db)).exit_code == 0
+    assert (
+        cli(
+            "synth",
+            str(data),
+            "--layers",
+            "1",
+            "--q-heads",
+            "1",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "8",
+            "--rows",
+            "50",
+        ).exit_code
+        == 0
+    )
+    assert (
+        cli("ingest", str(data), "--model-id", "m1", "--label", "My Model", "-w", str(db)).exit_code
+        == 0
+    )
     r = cli("models", "-w", str(db))
     header = next(line for line in r.stdout.splitlines() if "model_id" in line)
     assert "label" in header and "My Model" in r.stdout

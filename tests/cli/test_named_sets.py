@@ -34,9 +34,13 @@ def current(db: Path) -> dict[tuple[str, str], str]:
     """(model, analysis) -> name (or config_id) of the current set."""
     con = store.connect(db, read_only=True)
     try:
-        return {(m, a): n for m, a, n in con.execute(
-            "SELECT c.model_id, c.analysis, coalesce(r.name, c.config_id) FROM current_config c "
-            "JOIN run_config r USING (config_id)").fetchall()}
+        return {
+            (m, a): n
+            for m, a, n in con.execute(
+                "SELECT c.model_id, c.analysis, coalesce(r.name, c.config_id) FROM current_config c "
+                "JOIN run_config r USING (config_id)"
+            ).fetchall()
+        }
     finally:
         con.close()
 
@@ -51,7 +55,19 @@ def sets(tmp_path_factory) -> tuple[Path, Path]:
     ok("synth", str(tmp / "d2"), *SMALL, "--seed", "3")
     ok("ingest", str(tmp / "d1"), "--model-id", "m1", "-w", str(db))
     ok("compute", "-w", str(db), "-j", "1", "--name", "base")
-    ok("compute", "-w", str(db), "-j", "1", "--name", "exh", "-a", "rotation", "-p", "rotation.pairing=row_order")
+    ok(
+        "compute",
+        "-w",
+        str(db),
+        "-j",
+        "1",
+        "--name",
+        "exh",
+        "-a",
+        "rotation",
+        "-p",
+        "rotation.pairing=row_order",
+    )
     ok("ingest", str(tmp / "d2"), "--model-id", "m2", "-w", str(db))
     return db, tmp
 
@@ -90,7 +106,9 @@ def test_runs_use_prints_names(sets, tmp_path):
 def test_runs_diff_shows_parameter_values_not_hashes(sets):
     r = ok("runs", "diff", "base", "exh", "-w", str(sets[0]))
     assert not HEX16.search(r.stdout), r.stdout
-    assert re.search(r"rotation\s*│\s*rotation\.pairing\s*│\s*independent\s*│\s*row_order", r.stdout)
+    assert re.search(
+        r"rotation\s*│\s*rotation\.pairing\s*│\s*independent\s*│\s*row_order", r.stdout
+    )
     assert re.search(r"pca\s*│\s*\(only in A\)\s*│\s*defaults\s*│\s*not computed", r.stdout)
 
 

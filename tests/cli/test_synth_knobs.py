@@ -39,13 +39,32 @@ def test_help_lists_every_knob_with_its_default():
 
 def test_docs_page_holds_the_generated_knob_table():
     page = (REPO / "docs" / "synth.md").read_text()
-    assert knobs_markdown() in page, "docs/synth.md is out of date: paste qkwh.synth.knobs_markdown()"
+    assert knobs_markdown() in page, (
+        "docs/synth.md is out of date: paste qkwh.synth.knobs_markdown()"
+    )
 
 
 def test_every_knob_is_accepted(tmp_path):
     for k, v in knob_defaults().items():
-        r = runner.invoke(app, ["synth", str(tmp_path / k), "--layers", "1", "--q-heads", "1", "--kv-heads", "1",
-                                "--head-dim", "8", "--rows", "50", "--set", f"{k}={v}"])
+        r = runner.invoke(
+            app,
+            [
+                "synth",
+                str(tmp_path / k),
+                "--layers",
+                "1",
+                "--q-heads",
+                "1",
+                "--kv-heads",
+                "1",
+                "--head-dim",
+                "8",
+                "--rows",
+                "50",
+                "--set",
+                f"{k}={v}",
+            ],
+        )
         assert r.exit_code == 0, (k, r.output + r.stderr)
 
 

@@ -17,8 +17,27 @@ runner = CliRunner()
 
 def test_planted_parameters_come_back_through_the_cli(tmp_path: Path):
     data, db = tmp_path / "synth-a", tmp_path / "wh.duckdb"
-    r = runner.invoke(app, ["synth", str(data), "--layers", "2", "--q-heads", "4", "--kv-heads", "2",
-                            "--rows", "4000", "--seed", "3", "--set", "alpha_k=2e-3", "--set", "mu_q_a=5"])
+    r = runner.invoke(
+        app,
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "4",
+            "--kv-heads",
+            "2",
+            "--rows",
+            "4000",
+            "--seed",
+            "3",
+            "--set",
+            "alpha_k=2e-3",
+            "--set",
+            "mu_q_a=5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["ingest", str(data), "-w", str(db)])
     assert r.exit_code == 2 and "unknown model" in r.stderr  # synthetic: not in the registry
@@ -27,10 +46,15 @@ def test_planted_parameters_come_back_through_the_cli(tmp_path: Path):
     r = runner.invoke(app, ["compute", "-w", str(db), "-j", "1", "-a", "rotation,pca"])
     assert r.exit_code == 0, r.output + r.stderr
 
-    truth = {(h["layer"], h["q_head"]): h for h in json.loads((data / "_synth_truth.json").read_text())["heads"]}
+    truth = {
+        (h["layer"], h["q_head"]): h
+        for h in json.loads((data / "_synth_truth.json").read_text())["heads"]
+    }
     con = store.connect(db, read_only=True)
-    rows = con.execute("SELECT layer, q_head, alpha_k, alpha_q, mu_q_a, bias_strength, degenerate "
-                       "FROM rotation_heads ORDER BY 1, 2").fetchall()
+    rows = con.execute(
+        "SELECT layer, q_head, alpha_k, alpha_q, mu_q_a, bias_strength, degenerate "
+        "FROM rotation_heads ORDER BY 1, 2"
+    ).fetchall()
     assert len(rows) == 8
     for layer, q_head, alpha_k, alpha_q, mu_q_a, bias, degenerate in rows:
         t = truth[(layer, q_head)]

@@ -22,8 +22,18 @@ from qkwh.params import RunConfig
 from tests.conftest import SAMPLE
 
 runner = CliRunner()
-RESULT_TABLES = ("pca_components", "pca_heads", "pca_axes", "rotation_heads", "rotation_pairs", "rotation_axes",
-                 "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components")
+RESULT_TABLES = (
+    "pca_components",
+    "pca_heads",
+    "pca_axes",
+    "rotation_heads",
+    "rotation_pairs",
+    "rotation_axes",
+    "plasticity_heads",
+    "plasticity_buckets",
+    "plasticity_heatmap",
+    "plasticity_components",
+)
 N_HEADS = 12  # the embedded sample
 
 
@@ -31,9 +41,15 @@ def results(db: Path) -> dict[str, list[tuple]]:
     """Every result row (timestamps excluded), sorted: equal means identical results."""
     con = store.connect(db, read_only=True)
     try:
-        out = {t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall())) for t in RESULT_TABLES}
-        out["head_runs"] = sorted(con.execute(
-            "SELECT model_id, layer, q_head, analysis, config_id, input_fingerprint FROM head_runs").fetchall())
+        out = {
+            t: sorted(map(repr, con.execute(f"SELECT * FROM {t}").fetchall()))
+            for t in RESULT_TABLES
+        }
+        out["head_runs"] = sorted(
+            con.execute(
+                "SELECT model_id, layer, q_head, analysis, config_id, input_fingerprint FROM head_runs"
+            ).fetchall()
+        )
         return out
     finally:
         con.close()
@@ -57,21 +73,36 @@ def _fresh(tmp_path: Path, name: str = "wh.duckdb") -> Path:
 
 def test_every_table_is_filled_for_every_head(computed: Path):
     con = store.connect(computed, read_only=True)
-    per_head = {t: con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0]
-                for t in RESULT_TABLES}
+    per_head = {
+        t: con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0]
+        for t in RESULT_TABLES
+    }
     assert per_head == dict.fromkeys(RESULT_TABLES, N_HEADS)
     assert con.execute("SELECT count(*) FROM pca_components").fetchone()[0] == N_HEADS * 10
     assert con.execute("SELECT count(*) FROM plasticity_buckets").fetchone()[0] == N_HEADS * 16
     assert con.execute("SELECT count(*) FROM plasticity_components").fetchone()[0] == N_HEADS * 64
-    assert con.execute("SELECT count(*) FROM rotation_axes WHERE axis IN ('a', 'b', 'b_centroid', 'mean')").fetchone()[0] == N_HEADS * 4
+    assert (
+        con.execute(
+            "SELECT count(*) FROM rotation_axes WHERE axis IN ('a', 'b', 'b_centroid', 'mean')"
+        ).fetchone()[0]
+        == N_HEADS * 4
+    )
     assert con.execute("SELECT count(*) FROM pca_axes").fetchone()[0] == N_HEADS * 11
     # k_head beside every result row follows the GQA rule; config ids point at run_config
-    assert con.execute("SELECT count(*) FROM rotation_heads WHERE k_head <> q_head // 3").fetchone()[0] == 0
-    orphans = con.execute("SELECT count(*) FROM head_runs r LEFT JOIN run_config c USING (config_id) "
-                          "WHERE c.config_id IS NULL").fetchone()[0]
+    assert (
+        con.execute("SELECT count(*) FROM rotation_heads WHERE k_head <> q_head // 3").fetchone()[0]
+        == 0
+    )
+    orphans = con.execute(
+        "SELECT count(*) FROM head_runs r LEFT JOIN run_config c USING (config_id) "
+        "WHERE c.config_id IS NULL"
+    ).fetchone()[0]
     assert orphans == 0
     params = dict(con.execute("SELECT analysis, params_json FROM run_config").fetchall())
-    assert '"cov_mode": "full"' in params["plasticity"] and '"num_pairs_per_bucket": 1024' in params["plasticity"]
+    assert (
+        '"cov_mode": "full"' in params["plasticity"]
+        and '"num_pairs_per_bucket": 1024' in params["plasticity"]
+    )
     # spec §2.2.3: residual_pos_r is numerically zero on real data
     assert con.execute("SELECT max(residual_pos_r) FROM rotation_heads").fetchone()[0] < 1e-12
 
@@ -93,18 +124,35 @@ def test_changed_parameter_recomputes_only_that_analysis(computed: Path, tmp_pat
     report = compute(db, workers=1, config=cfg)
     assert report.n_written == N_HEADS
     after = results(db)
-    for t in ("pca_components", "pca_heads", "pca_axes", "rotation_heads", "rotation_pairs", "rotation_axes"):
+    for t in (
+        "pca_components",
+        "pca_heads",
+        "pca_axes",
+        "rotation_heads",
+        "rotation_pairs",
+        "rotation_axes",
+    ):
         assert after[t] == before[t]
     assert after["plasticity_buckets"] != before["plasticity_buckets"]
     con = store.connect(db, read_only=True)
     # the new set is the current one; the first set's rows are kept beside it (config_id in the key)
-    current = ("SELECT DISTINCT {col} FROM {t} AS t JOIN current_config AS c ON c.model_id = t.model_id "
-               "AND c.analysis = 'plasticity' AND c.config_id = t.config_id")
-    assert con.execute(current.format(col="cov_mode", t="plasticity_heads")).fetchall() == [("diag",)]
-    assert con.execute(current.format(col="mode", t="plasticity_buckets")).fetchall() == [("sampled/diag/position",)]
-    assert sorted(con.execute("SELECT cov_mode, count(*) FROM plasticity_heads GROUP BY 1").fetchall()) == \
-        [("diag", N_HEADS), ("full", N_HEADS)]
-    assert con.execute("SELECT count(*) FROM run_config WHERE analysis = 'plasticity'").fetchone()[0] == 2
+    current = (
+        "SELECT DISTINCT {col} FROM {t} AS t JOIN current_config AS c ON c.model_id = t.model_id "
+        "AND c.analysis = 'plasticity' AND c.config_id = t.config_id"
+    )
+    assert con.execute(current.format(col="cov_mode", t="plasticity_heads")).fetchall() == [
+        ("diag",)
+    ]
+    assert con.execute(current.format(col="mode", t="plasticity_buckets")).fetchall() == [
+        ("sampled/diag/position",)
+    ]
+    assert sorted(
+        con.execute("SELECT cov_mode, count(*) FROM plasticity_heads GROUP BY 1").fetchall()
+    ) == [("diag", N_HEADS), ("full", N_HEADS)]
+    assert (
+        con.execute("SELECT count(*) FROM run_config WHERE analysis = 'plasticity'").fetchone()[0]
+        == 2
+    )
 
 
 def test_results_identical_across_worker_counts(computed: Path, tmp_path: Path):
@@ -114,7 +162,9 @@ def test_results_identical_across_worker_counts(computed: Path, tmp_path: Path):
     assert results(db2) == results(computed)
 
 
-def test_keyboard_interrupt_mid_head_keeps_whole_heads_and_resumes(computed: Path, tmp_path: Path, monkeypatch):
+def test_keyboard_interrupt_mid_head_keeps_whole_heads_and_resumes(
+    computed: Path, tmp_path: Path, monkeypatch
+):
     db = _fresh(tmp_path)
     real = store.insert_columns
     calls = {"n": 0}
@@ -190,12 +240,18 @@ def test_cli_compute_and_bad_parameters(tmp_path: Path):
 def test_run_config_fingerprint_tracks_every_parameter():
     base = RunConfig()
     fps = {base.fingerprint("plasticity", "v")}
-    for override in ({"seed": "1"}, {"plasticity.num_pairs_per_bucket": "512"}, {"plasticity.pairs": "exhaustive"},
-                     {"max_tokens_per_head": "100"}):
+    for override in (
+        {"seed": "1"},
+        {"plasticity.num_pairs_per_bucket": "512"},
+        {"plasticity.pairs": "exhaustive"},
+        {"max_tokens_per_head": "100"},
+    ):
         fps.add(base.with_overrides(override).fingerprint("plasticity", "v"))
     assert len(fps) == 5
     # a parameter of another analysis does not change plasticity's id
-    assert base.with_overrides({"rotation.t_active": "0.5"}).fingerprint("plasticity", "v") == base.fingerprint("plasticity", "v")
+    assert base.with_overrides({"rotation.t_active": "0.5"}).fingerprint(
+        "plasticity", "v"
+    ) == base.fingerprint("plasticity", "v")
     assert base.fingerprint("plasticity", "v") != base.fingerprint("plasticity", "w")
 
 
@@ -206,10 +262,12 @@ def test_sql_functions_equal_the_bulk_path(computed: Path):
 
     con = duckdb.connect(str(computed), read_only=True)
     udf.register(con, RunConfig())
-    rows = con.execute(textwrap.dedent("""
+    rows = con.execute(
+        textwrap.dedent("""
         SELECT layer, q_head, qkwh_pca(h) AS p, qkwh_rotation(h) AS r, qkwh_plasticity(h) AS a
         FROM head_inputs('smollm2-135m') AS h ORDER BY layer, q_head
-    """)).fetchall()
+    """)
+    ).fetchall()
     assert len(rows) == N_HEADS
 
     def table(name):
@@ -226,13 +284,18 @@ def test_sql_functions_equal_the_bulk_path(computed: Path):
                     continue
                 want = stored[col]
                 if isinstance(value, float) and isinstance(want, float):
-                    np.testing.assert_array_equal(value, want, err_msg=f"{key}.{col}")  # NaN == NaN here
+                    np.testing.assert_array_equal(
+                        value, want, err_msg=f"{key}.{col}"
+                    )  # NaN == NaN here
                 else:
                     assert value == want, (key, col, value, want)
     # the per-bucket list of the plasticity function equals plasticity_buckets
     first = rows[0]
-    stored = con.execute("SELECT q_bucket, ap_bucket FROM plasticity_buckets WHERE layer = ? AND q_head = ? "
-                         "ORDER BY q_bucket", [first[0], first[1]]).fetchall()
+    stored = con.execute(
+        "SELECT q_bucket, ap_bucket FROM plasticity_buckets WHERE layer = ? AND q_head = ? "
+        "ORDER BY q_bucket",
+        [first[0], first[1]],
+    ).fetchall()
     got = [(b["q_bucket"], b["ap_bucket"]) for b in first[4]["buckets"]]
     np.testing.assert_array_equal(np.array(got, dtype=float), np.array(stored, dtype=float))
     con.close()
@@ -261,4 +324,9 @@ def test_max_tokens_per_head_caps_q_and_k(tmp_path: Path):
     con = store.connect(db, read_only=True)
     for table in ("pca_heads", "plasticity_heads"):
         assert con.execute(f"SELECT DISTINCT n_q, n_k FROM {table}").fetchall() == [(500, 500)]
-    assert con.execute("SELECT sum(n_queries) FROM plasticity_buckets GROUP BY layer, q_head").fetchall() == [(500,)] * N_HEADS
+    assert (
+        con.execute(
+            "SELECT sum(n_queries) FROM plasticity_buckets GROUP BY layer, q_head"
+        ).fetchall()
+        == [(500,)] * N_HEADS
+    )

@@ -17,7 +17,9 @@ from tests.conftest import SAMPLE
 
 N_HEADS = 12  # the embedded sample
 EMPIRICAL = RunConfig().with_overrides({"plasticity.empirical": "true"})
-BUCKET_COLS = "layer, q_head, q_bucket, ap_bucket, ap_bucket_empirical, ap_bucket_empirical_se, gauss_gap_se"
+BUCKET_COLS = (
+    "layer, q_head, q_bucket, ap_bucket, ap_bucket_empirical, ap_bucket_empirical_se, gauss_gap_se"
+)
 
 
 def _computed(tmp_path: Path, name: str, workers: int) -> Path:
@@ -31,8 +33,10 @@ def _computed(tmp_path: Path, name: str, workers: int) -> Path:
 def _rows(db: Path) -> dict[str, list[str]]:
     con = store.connect(db, read_only=True)
     try:
-        return {t: sorted(map(repr, con.execute(f"SELECT * EXCLUDE (config_id) FROM {t}").fetchall()))
-                for t in ("plasticity_heads", "plasticity_buckets")}
+        return {
+            t: sorted(map(repr, con.execute(f"SELECT * EXCLUDE (config_id) FROM {t}").fetchall()))
+            for t in ("plasticity_heads", "plasticity_buckets")
+        }
     finally:
         con.close()
 
@@ -47,7 +51,8 @@ def test_empirical_columns_are_filled(one_worker: Path):
     try:
         n, filled, gap = con.execute(
             "SELECT count(*), count(ap_bucket_empirical), max(abs(ap_bucket - ap_bucket_empirical)) "
-            "FROM plasticity_buckets").fetchone()
+            "FROM plasticity_buckets"
+        ).fetchone()
         flags = con.execute("SELECT DISTINCT empirical FROM plasticity_heads").fetchall()
     finally:
         con.close()
@@ -72,8 +77,11 @@ def test_sql_function_returns_the_stored_empirical_buckets(one_worker: Path):
             "SELECT h.layer, h.q_head, b.q_bucket, b.ap_bucket, b.ap_bucket_empirical, b.ap_bucket_empirical_se, "
             "       b.gauss_gap_se "
             "FROM head_inputs('smollm2-135m') AS h, unnest(qkwh_plasticity(h).buckets) AS u(b) "
-            "ORDER BY 1, 2, 3").fetchall()
-        stored = con.execute(f"SELECT {BUCKET_COLS} FROM plasticity_buckets ORDER BY 1, 2, 3").fetchall()
+            "ORDER BY 1, 2, 3"
+        ).fetchall()
+        stored = con.execute(
+            f"SELECT {BUCKET_COLS} FROM plasticity_buckets ORDER BY 1, 2, 3"
+        ).fetchall()
     finally:
         con.close()
     assert len(got) == len(stored) > 0

@@ -63,9 +63,23 @@ def ingested(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("faults")
     data, db = tmp / MODEL, tmp / "ingested.duckdb"
     runner = CliRunner()
-    for args in (["synth", str(data), "--layers", "4", "--q-heads", "8", "--kv-heads", "2", "--head-dim", "64",
-                  "--rows", "4000"],
-                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)]):
+    for args in (
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "4",
+            "--q-heads",
+            "8",
+            "--kv-heads",
+            "2",
+            "--head-dim",
+            "64",
+            "--rows",
+            "4000",
+        ],
+        ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+    ):
         r = runner.invoke(app, args)
         assert r.exit_code == 0, r.output + r.stderr
     gc.collect()  # connections held by the in-process CLI's tracebacks
@@ -77,15 +91,26 @@ def uninterrupted(ingested: Path, tmp_path_factory) -> dict[str, list[tuple]]:
     """The result tables of a compute that nobody disturbed."""
     db = tmp_path_factory.mktemp("faults-ref") / "ref.duckdb"
     shutil.copy(ingested, db)
-    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       check=False, text=True, timeout=900)
+    r = subprocess.run(
+        _qkwh("compute", "-w", str(db), "-j", "1"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return _results(db)
 
 
 def _results(db: Path) -> dict[str, list[tuple]]:
     """Every row of the result tables (head_runs and current_config hold times)."""
-    return {t: rows for t, rows in snapshot(db).items() if t.startswith(("pca_", "rotation_", "plasticity_"))}
+    return {
+        t: rows
+        for t, rows in snapshot(db).items()
+        if t.startswith(("pca_", "rotation_", "plasticity_"))
+    }
 
 
 def _assert_whole_heads(db: Path) -> set[tuple]:
@@ -95,8 +120,14 @@ def _assert_whole_heads(db: Path) -> set[tuple]:
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        done = {analysis: set(con.execute("SELECT layer, q_head FROM head_runs WHERE analysis = ?",
-                                          [analysis]).fetchall()) for analysis in ("pca", "rotation", "plasticity")}
+        done = {
+            analysis: set(
+                con.execute(
+                    "SELECT layer, q_head FROM head_runs WHERE analysis = ?", [analysis]
+                ).fetchall()
+            )
+            for analysis in ("pca", "rotation", "plasticity")
+        }
         for table in RESULT_TABLES:
             present = set(con.execute(f"SELECT DISTINCT layer, q_head FROM {table}").fetchall())
             assert present == done[table.split("_")[0]], table
@@ -106,15 +137,24 @@ def _assert_whole_heads(db: Path) -> set[tuple]:
 
 
 def _rerun_equals(db: Path, reference: dict[str, list[tuple]]) -> None:
-    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       check=False, text=True, timeout=900)
+    r = subprocess.run(
+        _qkwh("compute", "-w", str(db), "-j", "1"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert _results(db) == reference
 
 
 def _one_error_line(stderr: str) -> str:
     """The stderr of a failed command: no traceback, and exactly one ``error:`` line."""
-    assert "Traceback" not in stderr and "Error:" not in stderr.replace("error:", ""), stderr[-3000:]
+    assert "Traceback" not in stderr and "Error:" not in stderr.replace("error:", ""), stderr[
+        -3000:
+    ]
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, stderr[-3000:]
     return errors[0]
@@ -166,15 +206,23 @@ def _has_numpy(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers in /proc (Linux)")
+@pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="finds the workers in /proc (Linux)"
+)
 def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path, tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     shutil.copy(ingested, db)
     log = (tmp_path / "stderr.txt").open("w")
-    proc = subprocess.Popen(_qkwh("compute", "-w", str(db), "-j", "2"), cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(
+        _qkwh("compute", "-w", str(db), "-j", "2"),
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     children: dict[int, tuple[str, str]] = {}
     try:
+
         def busy():  # two workers running tasks (numpy loaded) and the resource tracker
             kids = _children(proc.pid)
             workers = [p for p, (_, cmd) in kids.items() if "spawn_main" in cmd and _has_numpy(p)]
@@ -184,13 +232,17 @@ def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path,
         children = _wait_for("two busy workers", busy, proc=proc)
         proc.kill()
         assert proc.wait(60) == -signal.SIGKILL  # killed while computing, not finished
+
         def survivors():
             return [p for p, (start, _) in children.items() if _alive(p, start)]
+
         try:
             _wait_for("the workers to end", lambda: not survivors(), timeout=60)
         except AssertionError:
-            pytest.fail(f"processes outlived the killed compute: "
-                        f"{[children[p][1][:80] for p in survivors()]}")
+            pytest.fail(
+                f"processes outlived the killed compute: "
+                f"{[children[p][1][:80] for p in survivors()]}"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -213,8 +265,9 @@ def _wait_for_gone(path: Path, seconds: float) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(ingested: Path, uninterrupted,
-                                                                          tmp_path: Path):
+def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(
+    ingested: Path, uninterrupted, tmp_path: Path
+):
     db = tmp_path / "wh.duckdb"
     shutil.copy(ingested, db)
     marker = tmp_path / "holding"
@@ -222,8 +275,13 @@ def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(ingest
     with stderr.open("w") as log:
         # the writer's test hook holds the first batch's transaction open, inside DuckDB, once its
         # rows are all in: the Ctrl-C reaches DuckDB in the middle of the commit
-        proc = subprocess.Popen(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO,
-                                env=_env(QKWH_TEST_HOLD_COMMIT=str(marker)), stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen(
+            _qkwh("compute", "-w", str(db), "-j", "1"),
+            cwd=REPO,
+            env=_env(QKWH_TEST_HOLD_COMMIT=str(marker)),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
         try:
             _wait_for("the writer to hold its commit", marker.exists, proc=proc)
             # DuckDB loses a SIGINT that lands as its statement starts (a user would press Ctrl-C
@@ -242,7 +300,9 @@ def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(ingest
     assert code == 130, text[-3000:]
     assert "Traceback" not in text and "Query interrupted" not in text, text[-3000:]
     assert [line for line in lines if "interrupted" in line] == [lines[-1]], text[-3000:]
-    assert _assert_whole_heads(db) == set()  # the held batch was rolled back: no head, not part of one
+    assert (
+        _assert_whole_heads(db) == set()
+    )  # the held batch was rolled back: no head, not part of one
     _rerun_equals(db, uninterrupted)
 
 
@@ -274,7 +334,9 @@ def permissions_hold() -> list[str]:
         return []
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("running as root without setpriv: a read-only folder would not stop the command")
+        pytest.skip(
+            "running as root without setpriv: a read-only folder would not stop the command"
+        )
     prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner"]
     probe = Path(tempfile.mkdtemp())
     try:
@@ -288,7 +350,9 @@ def permissions_hold() -> list[str]:
     return prefix
 
 
-def test_compute_at_a_read_only_location(ingested: Path, tmp_path: Path, permissions_hold: list[str]):
+def test_compute_at_a_read_only_location(
+    ingested: Path, tmp_path: Path, permissions_hold: list[str]
+):
     folder = tmp_path / "ro"
     folder.mkdir()
     db = folder / "wh.duckdb"
@@ -297,26 +361,42 @@ def test_compute_at_a_read_only_location(ingested: Path, tmp_path: Path, permiss
     db.chmod(0o444)
     folder.chmod(0o555)
     try:
-        r = subprocess.run([*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")], cwd=REPO, env=_env(),
-                           capture_output=True, check=False, text=True, timeout=600)
+        r = subprocess.run(
+            [*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")],
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=600,
+        )
     finally:
         folder.chmod(0o755)
         db.chmod(0o644)
     assert r.returncode == 1, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
-    assert f"{db}.compute.lock" in line and "Permission denied" in line and "must be writable" in line
+    assert (
+        f"{db}.compute.lock" in line and "Permission denied" in line and "must be writable" in line
+    )
     assert snapshot(db) == before
     assert sorted(p.name for p in folder.iterdir()) == ["wh.duckdb"]
 
 
-def test_folder_made_read_only_mid_compute(ingested: Path, uninterrupted, tmp_path: Path,
-                                           permissions_hold: list[str]):
+def test_folder_made_read_only_mid_compute(
+    ingested: Path, uninterrupted, tmp_path: Path, permissions_hold: list[str]
+):
     folder = tmp_path / "rw"
     folder.mkdir()
     db = folder / "wh.duckdb"
     shutil.copy(ingested, db)
-    proc = subprocess.Popen([*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")], cwd=REPO,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*permissions_hold, *_qkwh("compute", "-w", str(db), "-j", "1")],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for("the first batch", lambda: _heads_written(db) > 0, proc=proc)
         folder.chmod(0o555)  # DuckDB can no longer create the warehouse's .wal beside it
@@ -334,8 +414,23 @@ def test_folder_made_read_only_mid_compute(ingested: Path, uninterrupted, tmp_pa
 
 
 def _mount_works(where: Path) -> bool:
-    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "-o", "size=64k",
-                        "tmpfs", str(where)], capture_output=True, check=False)
+    r = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            str(where),
+        ],
+        capture_output=True,
+        check=False,
+    )
     return r.returncode == 0
 
 
@@ -344,19 +439,41 @@ def test_disk_full_during_compute(ingested: Path, uninterrupted, tmp_path: Path)
     mnt.mkdir()
     out.mkdir()
     if os.geteuid() != 0 or shutil.which("unshare") is None or not _mount_works(mnt):
-        pytest.skip("needs root and `unshare --mount` to mount a small tmpfs (a full disk) in a private namespace")
+        pytest.skip(
+            "needs root and `unshare --mount` to mount a small tmpfs (a full disk) in a private namespace"
+        )
     # in a private mount namespace (gone with the process): a tmpfs with room for the ingested
     # warehouse and 768 KiB, too little for the results; the folder is copied out afterwards
     size = (os.path.getsize(ingested) + 768 * 1024 + 4095) // 4096 * 4096
-    script = ('mount -t tmpfs -o size="$SIZE" tmpfs "$MNT" && cp "$SRC" "$MNT/wh.duckdb" || exit 99\n'
-              '"$@"; rc=$?\ncp -a "$MNT/." "$OUT/"\nexit $rc\n')
+    script = (
+        'mount -t tmpfs -o size="$SIZE" tmpfs "$MNT" && cp "$SRC" "$MNT/wh.duckdb" || exit 99\n'
+        '"$@"; rc=$?\ncp -a "$MNT/." "$OUT/"\nexit $rc\n'
+    )
     env = _env(SIZE=str(size), MNT=str(mnt), SRC=str(ingested), OUT=str(out))
-    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                        *_qkwh("compute", "-w", str(mnt / "wh.duckdb"), "-j", "1")],
-                       cwd=REPO, env=env, capture_output=True, check=False, text=True, timeout=900)
+    r = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *_qkwh("compute", "-w", str(mnt / "wh.duckdb"), "-j", "1"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 1, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
-    assert f"cannot write warehouse {mnt / 'wh.duckdb'}" in line and "No space left on device" in line, line
+    assert (
+        f"cannot write warehouse {mnt / 'wh.duckdb'}" in line and "No space left on device" in line
+    ), line
     db = out / "wh.duckdb"
     assert sorted(p.name for p in out.iterdir() if p.name.endswith(".lock")) == []
     _assert_whole_heads(db)
@@ -372,11 +489,21 @@ def test_a_dropped_result_column_is_one_line_and_changes_nothing(ingested: Path,
     con.execute("ALTER TABLE pca_heads DROP COLUMN fisher_pc0")  # a user's hand edit
     con.close()
     before = snapshot(db)
-    r = subprocess.run(_qkwh("compute", "-w", str(db), "-j", "1"), cwd=REPO, env=_env(), capture_output=True,
-                       check=False, text=True, timeout=600)
+    r = subprocess.run(
+        _qkwh("compute", "-w", str(db), "-j", "1"),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 1, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
-    assert "table pca_heads has no column fisher_pc0 (DOUBLE)" in line and "qkwh compute -a pca --force" in line
+    assert (
+        "table pca_heads has no column fisher_pc0 (DOUBLE)" in line
+        and "qkwh compute -a pca --force" in line
+    )
     assert snapshot(db) == before  # not even run_config
 
 
@@ -389,19 +516,39 @@ def test_two_computes_through_hard_linked_paths(ingested: Path, tmp_path: Path):
     before = snapshot(first)
     # a compute through the first path, between two batches (its lock held, the file closed)
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys; from qkwh.compute.runner import compute_lock\n"
-                                "with compute_lock(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()"),
-         str(first)],
-        cwd=REPO, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; from qkwh.compute.runner import compute_lock\n"
+                "with compute_lock(sys.argv[1]):\n    print('holding', flush=True); sys.stdin.read()"
+            ),
+            str(first),
+        ],
+        cwd=REPO,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
-        r = subprocess.run(_qkwh("compute", "-w", str(second), "-j", "1"), cwd=REPO, env=_env(),
-                           capture_output=True, check=False, text=True, timeout=600)
+        r = subprocess.run(
+            _qkwh("compute", "-w", str(second), "-j", "1"),
+            cwd=REPO,
+            env=_env(),
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=600,
+        )
     finally:
         holder.kill()
         holder.wait()
     assert r.returncode == 3, r.stderr[-3000:]
     line = _one_error_line(r.stderr)
-    assert line == (f"error: another qkwh compute (process {holder.pid}) is running on {second} through {first}, "
-                    "the same file; wait for it to finish")
+    assert line == (
+        f"error: another qkwh compute (process {holder.pid}) is running on {second} through {first}, "
+        "the same file; wait for it to finish"
+    )
     assert snapshot(second) == before

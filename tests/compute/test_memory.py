@@ -27,11 +27,15 @@ SCRIPT = textwrap.dedent("""
 
 
 def _faults_per_round(mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc tuning is Linux-only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="glibc malloc tuning is Linux-only"
+)
 def test_tuned_process_reuses_freed_pages():
     tuned = _faults_per_round("tuned")
     default = _faults_per_round("default")

@@ -26,8 +26,18 @@ from tests.conftest import SAMPLE
 runner = CliRunner()
 MODEL = "smollm2-135m"
 N_HEADS = 12
-PER_HEAD = ("pca_components", "pca_heads", "pca_axes", "rotation_heads", "rotation_pairs", "rotation_axes",
-            "plasticity_heads", "plasticity_buckets", "plasticity_heatmap", "plasticity_components")
+PER_HEAD = (
+    "pca_components",
+    "pca_heads",
+    "pca_axes",
+    "rotation_heads",
+    "rotation_pairs",
+    "rotation_axes",
+    "plasticity_heads",
+    "plasticity_buckets",
+    "plasticity_heatmap",
+    "plasticity_components",
+)
 SEED1 = ["seed=1", "rotation.t_active=0.4"]
 
 
@@ -50,7 +60,9 @@ def two_sets(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("sets") / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
     assert compute(db, workers=1, name="base").n_written == N_HEADS
-    assert compute(db, workers=1, name="s1", config=load_run_config(params=SEED1)).n_written == N_HEADS
+    assert (
+        compute(db, workers=1, name="s1", config=load_run_config(params=SEED1)).n_written == N_HEADS
+    )
     return db
 
 
@@ -62,7 +74,12 @@ def _copy(db: Path, tmp_path: Path, name: str = "copy.duckdb") -> Path:
 
 def test_second_set_keeps_the_first_sets_rows(two_sets: Path):
     for table in PER_HEAD:
-        per_set = dict(rows_of(two_sets, f"SELECT config_id, count(DISTINCT (layer, q_head)) FROM {table} GROUP BY 1"))
+        per_set = dict(
+            rows_of(
+                two_sets,
+                f"SELECT config_id, count(DISTINCT (layer, q_head)) FROM {table} GROUP BY 1",
+            )
+        )
         assert sorted(per_set.values()) == [N_HEADS, N_HEADS], table
     runs = rows_of(two_sets, "SELECT analysis, count(*) FROM head_runs GROUP BY 1 ORDER BY 1")
     assert runs == [("pca", 2 * N_HEADS), ("plasticity", 2 * N_HEADS), ("rotation", 2 * N_HEADS)]
@@ -73,16 +90,24 @@ def test_second_set_keeps_the_first_sets_rows(two_sets: Path):
     sets = list_sets(con)
     con.close()
     assert {(s.analysis, s.name, s.is_current, s.n_heads, s.partial) for s in sets} == {
-        (a, n, n == "s1", N_HEADS, False) for a in ("pca", "rotation", "plasticity") for n in ("base", "s1")}
+        (a, n, n == "s1", N_HEADS, False)
+        for a in ("pca", "rotation", "plasticity")
+        for n in ("base", "s1")
+    }
     # every key of every per-head table holds config_id
-    keys = rows_of(two_sets, "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
-                             "WHERE constraint_type = 'PRIMARY KEY'")
+    keys = rows_of(
+        two_sets,
+        "SELECT table_name, constraint_column_names FROM duckdb_constraints() "
+        "WHERE constraint_type = 'PRIMARY KEY'",
+    )
     for table, cols in keys:
         if table in PER_HEAD or table == "head_runs":
             assert "config_id" in cols, table
 
 
-def test_rerun_of_a_set_recomputes_nothing_and_a_named_set_keeps_its_parameters(two_sets: Path, tmp_path: Path):
+def test_rerun_of_a_set_recomputes_nothing_and_a_named_set_keeps_its_parameters(
+    two_sets: Path, tmp_path: Path
+):
     db = _copy(two_sets, tmp_path)
     before = rows_of(db, "SELECT * FROM rotation_heads ORDER BY ALL")
     assert compute(db, workers=1).n_written == 0  # the defaults = set base, already complete
@@ -93,7 +118,9 @@ def test_rerun_of_a_set_recomputes_nothing_and_a_named_set_keeps_its_parameters(
     # a name labels one set per analysis: other parameters under it are refused, nothing written
     r = cli("compute", "-w", str(db), "-j", "1", "--name", "s1", "-p", "seed=7")
     assert r.exit_code == 2 and "already labels another" in r.stderr
-    assert rows_of(db, "SELECT count(*) FROM run_config WHERE params_json LIKE '%\"seed\": 7%'") == [(0,)]
+    assert rows_of(
+        db, "SELECT count(*) FROM run_config WHERE params_json LIKE '%\"seed\": 7%'"
+    ) == [(0,)]
     r = cli("compute", "-w", str(db), "-j", "1", "--name", "bad name!")
     assert r.exit_code == 2 and "parameter-set name" in r.stderr
 
@@ -101,8 +128,14 @@ def test_rerun_of_a_set_recomputes_nothing_and_a_named_set_keeps_its_parameters(
 def test_keep_current_computes_beside_the_current_set(two_sets: Path, tmp_path: Path):
     db = _copy(two_sets, tmp_path)
     before = rows_of(db, "SELECT analysis, config_id FROM current_config ORDER BY 1")
-    report = compute(db, workers=1, analyses=("pca",), name="s2", make_current=False,
-                     config=load_run_config(params=["seed=2"]))
+    report = compute(
+        db,
+        workers=1,
+        analyses=("pca",),
+        name="s2",
+        make_current=False,
+        config=load_run_config(params=["seed=2"]),
+    )
     assert report.n_written == N_HEADS
     assert rows_of(db, "SELECT analysis, config_id FROM current_config ORDER BY 1") == before
     assert rows_of(db, "SELECT count(DISTINCT config_id) FROM pca_heads") == [(3,)]
@@ -121,7 +154,9 @@ def test_use_and_drop(two_sets: Path, tmp_path: Path):
         drop(db, "s1")
     r = cli("runs", "drop", "base", "-w", str(db))  # not interactive, no --yes
     assert r.exit_code == 2 and "--yes" in r.stderr
-    assert rows_of(db, "SELECT count(*) FROM pca_heads WHERE config_id = ?", [base["pca"]]) == [(N_HEADS,)]
+    assert rows_of(db, "SELECT count(*) FROM pca_heads WHERE config_id = ?", [base["pca"]]) == [
+        (N_HEADS,)
+    ]
     made = use(db, "base")
     assert sorted(made) == sorted((MODEL, a, c) for a, c in base.items())
     assert dict(rows_of(db, "SELECT analysis, config_id FROM current_config")) == base
@@ -136,14 +171,18 @@ def test_use_and_drop(two_sets: Path, tmp_path: Path):
 
 
 def test_runs_diff_lists_the_parameters_that_differ(two_sets: Path):
-    r = CliRunner().invoke(app, ["runs", "diff", "base", "s1", "-w", str(two_sets)], terminal_width=200)
+    r = CliRunner().invoke(
+        app, ["runs", "diff", "base", "s1", "-w", str(two_sets)], terminal_width=200
+    )
     assert r.exit_code == 0, r.output
     assert "rotation.t_active" in r.stdout and "0.3" in r.stdout and "0.4" in r.stdout
     assert "seed" in r.stdout and "plasticity.cov_mode" not in r.stdout
 
 
 @pytest.mark.slow  # five dbt builds
-def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: Path, tmp_path: Path):
+def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(
+    two_sets: Path, tmp_path: Path
+):
     """Marts of set s1 (current) equal those of a warehouse that only ever held s1; `runs use base`
     makes them stale (status, sql, report say so); rebuilt, they equal a warehouse holding only
     base.  One model never mixes the two sets."""
@@ -155,8 +194,10 @@ def test_each_set_gets_its_own_correct_marts_and_stale_marts_are_told(two_sets: 
         compute(single, workers=1, config=load_run_config(params=params))
         build(single, target_dir=tmp_path / f"target-{name}")
         only[name] = single
-    summary = ("SELECT n_heads_rotation, bias_strength, separation_strength, n_active_pairs, abs_r_k_0, "
-               "ap_overall, partial_analyses FROM model_summary")
+    summary = (
+        "SELECT n_heads_rotation, bias_strength, separation_strength, n_active_pairs, abs_r_k_0, "
+        "ap_overall, partial_analyses FROM model_summary"
+    )
     heads = "SELECT layer, q_head, bias_strength, n_active_pairs, ap_overall FROM head_metrics ORDER BY ALL"
 
     build(db, target_dir=tmp_path / "target")
@@ -210,7 +251,9 @@ def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     con.close()
     assert set(s3) == {"pca", "rotation", "plasticity"}
     n = s3["pca"].n_heads
-    assert 0 < n < N_HEADS and all(s.partial and s.is_current and s.n_analysable == N_HEADS for s in s3.values())
+    assert 0 < n < N_HEADS and all(
+        s.partial and s.is_current and s.n_analysable == N_HEADS for s in s3.values()
+    )
 
     r = cli("status", "-w", str(db))
     assert f"{n}/{N_HEADS} PARTIAL" in r.stdout
@@ -232,12 +275,18 @@ def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     r = cli("report", "--build", "-w", str(db), "-o", str(tmp_path / "rep"))
     assert "rebuilding" in r.stderr and "dbt build ok" in r.stdout
     assert "warning: the marts are stale" not in r.stderr and "partial" in r.stderr
-    row = rows_of(db, "SELECT n_heads_analysable, n_heads_pca, n_heads_rotation, n_heads_plasticity, "
-                      "partial_analyses FROM model_summary")
+    row = rows_of(
+        db,
+        "SELECT n_heads_analysable, n_heads_pca, n_heads_rotation, n_heads_plasticity, "
+        "partial_analyses FROM model_summary",
+    )
     assert row == [(N_HEADS, n, n, n, "pca,rotation,plasticity")]
     # the marts hold the partial set only, never the other sets' rows for the remaining heads
-    assert rows_of(db, "SELECT count(*), count(DISTINCT config_id_rotation) FROM head_metrics "
-                       "WHERE bias_strength IS NOT NULL") == [(n, 1)]
+    assert rows_of(
+        db,
+        "SELECT count(*), count(DISTINCT config_id_rotation) FROM head_metrics "
+        "WHERE bias_strength IS NOT NULL",
+    ) == [(n, 1)]
 
 
 def test_old_warehouse_is_migrated_with_its_rows(tmp_path: Path):
@@ -247,16 +296,22 @@ def test_old_warehouse_is_migrated_with_its_rows(tmp_path: Path):
     ingest(str(SAMPLE), warehouse=db)
     compute(db, workers=1)
     con = duckdb.connect(str(db))
-    old_key = {"head_runs": "model_id, layer, q_head, analysis", "pca_heads": "model_id, layer, q_head",
-               "plasticity_heatmap": "model_id, layer, q_head, q_bucket, dx_bin, dm_bin"}
+    old_key = {
+        "head_runs": "model_id, layer, q_head, analysis",
+        "pca_heads": "model_id, layer, q_head",
+        "plasticity_heatmap": "model_id, layer, q_head, q_bucket, dx_bin, dm_bin",
+    }
     before = {}
     for table, key in old_key.items():  # rebuild three tables with the old key, rows kept
         before[table] = sorted(con.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
         con.execute(f"CREATE TABLE {table}_old AS SELECT * FROM {table}")
         con.execute(f"DROP TABLE {table}")
         # the old DDL: a PRIMARY KEY index without config_id (today only head_runs keeps an index)
-        ddl = re.sub(r"(,)?\n    (PRIMARY KEY|-- key:) \([^)]*\)\n\);", f",\n    PRIMARY KEY ({key})\n);",
-                     store._schema_ddl(table))
+        ddl = re.sub(
+            r"(,)?\n    (PRIMARY KEY|-- key:) \([^)]*\)\n\);",
+            f",\n    PRIMARY KEY ({key})\n);",
+            store._schema_ddl(table),
+        )
         con.execute(ddl)
         con.execute(f"INSERT INTO {table} SELECT * FROM {table}_old")
         con.execute(f"DROP TABLE {table}_old")
@@ -292,7 +347,9 @@ def test_old_warehouse_is_migrated_with_its_rows(tmp_path: Path):
     con.close()
     report = compute(db, workers=1, config=load_run_config(params=["seed=4"]))
     assert report.n_written == N_HEADS
-    assert rows_of(db, "SELECT count(DISTINCT config_id), count(*) FROM pca_heads") == [(2, 2 * N_HEADS)]
+    assert rows_of(db, "SELECT count(DISTINCT config_id), count(*) FROM pca_heads") == [
+        (2, 2 * N_HEADS)
+    ]
 
 
 def test_one_compute_per_warehouse_and_a_missing_warehouse(two_sets: Path, tmp_path: Path):

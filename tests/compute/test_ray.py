@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'qkwh[ray]'; make test installs it)")
+ray = pytest.importorskip(
+    "ray", reason="Ray is not installed (pip install 'qkwh[ray]'; make test installs it)"
+)
 
 from qkwh import store  # noqa: E402
 from qkwh.cli import app  # noqa: E402
@@ -53,8 +55,18 @@ def cluster():
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth") / "syn"
-    write_dataset(root, n_layers=2, n_q_heads=4, n_kv_heads=2, d=32, rows_per_file=1500, n_examples=8,
-                  context_length=4096, bucket_size=512, seed=1)
+    write_dataset(
+        root,
+        n_layers=2,
+        n_q_heads=4,
+        n_kv_heads=2,
+        d=32,
+        rows_per_file=1500,
+        n_examples=8,
+        context_length=4096,
+        bucket_size=512,
+        seed=1,
+    )
     return root
 
 
@@ -75,7 +87,9 @@ def pool_results(model, tmp_path_factory) -> dict:
 @pytest.mark.slow  # a 2-node Ray cluster
 def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "ray")
-    r = runner.invoke(app, ["compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster.address])
+    r = runner.invoke(
+        app, ["compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster.address]
+    )
     assert r.exit_code == 0, r.output + r.stderr
     assert f"computed {N_HEADS} head(s)" in r.output
     assert results(db) == pool_results  # every row of every table, bit for bit
@@ -84,18 +98,32 @@ def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, 
 
 
 @pytest.mark.slow  # a 2-node Ray cluster
-def test_ray_workers_stream_a_remote_branch_from_the_hub(cluster, model, pool_results, tmp_path, monkeypatch):
+def test_ray_workers_stream_a_remote_branch_from_the_hub(
+    cluster, model, pool_results, tmp_path, monkeypatch
+):
     """A branch cataloged with --remote, computed on the cluster: workers fetch their own files
     (HF_ENDPOINT reaches them through the task's runtime env) and write the pool's tables."""
     from tests.sniffed.hub_server import HubStandIn
 
-    served = {p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()}
+    served = {
+        p.relative_to(model).as_posix(): p.read_bytes() for p in model.rglob("*") if p.is_file()
+    }
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     db = tmp_path / "remote.duckdb"
     with HubStandIn("owner/corpus", {"syn": served}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        r = runner.invoke(app, ["ingest", "hf://datasets/owner/corpus@syn", "--remote", "--model-id", "syn",
-                                "-w", str(db)])
+        r = runner.invoke(
+            app,
+            [
+                "ingest",
+                "hf://datasets/owner/corpus@syn",
+                "--remote",
+                "--model-id",
+                "syn",
+                "-w",
+                str(db),
+            ],
+        )
         assert r.exit_code == 0, r.output + r.stderr
         hub.clear_log()
         report = compute(db, executor="ray", ray_address=cluster.address)
@@ -111,20 +139,30 @@ def test_executor_choice_is_not_an_analysis_parameter(tmp_path):
     assert load_execution(yaml_file) == {"executor": "ray", "ray_address": "auto"}
     cfg = load_run_config(yaml_file)
     base = load_run_config()
-    assert all(cfg.fingerprint(a, "v") == base.fingerprint(a, "v") for a in ("pca", "rotation", "plasticity"))
+    assert all(
+        cfg.fingerprint(a, "v") == base.fingerprint(a, "v")
+        for a in ("pca", "rotation", "plasticity")
+    )
     r = runner.invoke(app, ["compute", "-w", str(tmp_path / "wh.duckdb"), "--executor", "spark"])
     assert r.exit_code == 2 and "--executor must be pool or ray" in r.stderr
 
 
 def _ray_task_pids() -> list[int]:
     """Ray worker processes busy with a qkwh task (Ray titles them after the running task)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
-    return [int(line.split(None, 1)[0]) for line in out.splitlines() if "ray::qkwh_task" in line
-            and "IDLE" not in line]
+    out = subprocess.run(
+        ["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        int(line.split(None, 1)[0])
+        for line in out.splitlines()
+        if "ray::qkwh_task" in line and "IDLE" not in line
+    ]
 
 
 @pytest.mark.slow  # a 2-node Ray cluster
-def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(cluster, model, pool_results, tmp_path):
+def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(
+    cluster, model, pool_results, tmp_path
+):
     db = _fresh(model, tmp_path, "killed")
     outcome: dict = {}
 
@@ -151,10 +189,14 @@ def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(clu
     assert report.failures == [] and report.n_written == N_HEADS  # the lost task was run again
     con = store.connect(db, read_only=True)
     try:
-        dup = con.execute("SELECT count(*) FROM (SELECT layer, q_head, analysis FROM head_runs "
-                          "GROUP BY ALL HAVING count(*) > 1)").fetchone()[0]
-        heads = {t: con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0]
-                 for t in RESULT_TABLES}
+        dup = con.execute(
+            "SELECT count(*) FROM (SELECT layer, q_head, analysis FROM head_runs "
+            "GROUP BY ALL HAVING count(*) > 1)"
+        ).fetchone()[0]
+        heads = {
+            t: con.execute(f"SELECT count(DISTINCT (layer, q_head)) FROM {t}").fetchone()[0]
+            for t in RESULT_TABLES
+        }
     finally:
         con.close()
     assert dup == 0 and heads == dict.fromkeys(RESULT_TABLES, N_HEADS)
@@ -210,10 +252,14 @@ def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path)
         assert len(submitted.refs) == 3
         assert ray.get(submitted.refs[0], timeout=120) == 0
         for ref in submitted.refs[1:]:  # queued or running, each one was cancelled
-            with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+            with pytest.raises(
+                (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)
+            ):
                 ray.get(ref, timeout=120)  # a task left running would hold this to the timeout
     finally:
         Path(tmp_path, "release").touch()  # frees any task a failure above left running
         ex.close()
-    assert sorted(p.name for p in tmp_path.glob("end-*")) == ["end-0"]  # running and queued tasks stopped
+    assert sorted(p.name for p in tmp_path.glob("end-*")) == [
+        "end-0"
+    ]  # running and queued tasks stopped
     assert len(list(tmp_path.glob("start-*"))) <= 3

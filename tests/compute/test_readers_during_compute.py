@@ -24,8 +24,18 @@ N_HEADS = 64  # 4 layers x 16 query heads
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth") / "m64"
-    write_dataset(root, n_layers=4, n_q_heads=16, n_kv_heads=4, d=32, rows_per_file=1500, n_examples=16,
-                  context_length=8192, bucket_size=512, seed=3)
+    write_dataset(
+        root,
+        n_layers=4,
+        n_q_heads=16,
+        n_kv_heads=4,
+        d=32,
+        rows_per_file=1500,
+        n_examples=16,
+        context_length=8192,
+        bucket_size=512,
+        seed=3,
+    )
     return root
 
 
@@ -33,8 +43,13 @@ def test_read_only_queries_succeed_while_compute_runs(model: Path, tmp_path: Pat
     db = tmp_path / "wh.duckdb"
     ingest(str(model), warehouse=db, model_id="m64")
     env = {**os.environ, "QKWH_LOCK_TIMEOUT": "60"}
-    proc = subprocess.Popen([sys.executable, "-m", "qkwh.cli", "compute", "-w", str(db), "-j", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkwh.cli", "compute", "-w", str(db), "-j", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     seen: list[int] = []  # head_runs counts read while the compute was running
     held = False
     try:
@@ -42,12 +57,21 @@ def test_read_only_queries_succeed_while_compute_runs(model: Path, tmp_path: Pat
         while proc.poll() is None and time.monotonic() < deadline:
             con = store.connect(db, read_only=True, wait=30)
             try:
-                n = con.execute("SELECT count(DISTINCT (layer, q_head)) FROM head_runs").fetchone()[0]
+                n = con.execute("SELECT count(DISTINCT (layer, q_head)) FROM head_runs").fetchone()[
+                    0
+                ]
                 # whole heads only: every head in head_runs has its rows in every table
-                assert con.execute("SELECT count(DISTINCT (layer, q_head)) FROM plasticity_heads").fetchone()[0] == n
+                assert (
+                    con.execute(
+                        "SELECT count(DISTINCT (layer, q_head)) FROM plasticity_heads"
+                    ).fetchone()[0]
+                    == n
+                )
                 if proc.poll() is None:
                     seen.append(n)
-                if 0 < n < N_HEADS and not held:  # a reader that keeps the file a while: the writer waits
+                if (
+                    0 < n < N_HEADS and not held
+                ):  # a reader that keeps the file a while: the writer waits
                     held = True
                     time.sleep(1.5)
             finally:
@@ -63,6 +87,18 @@ def test_read_only_queries_succeed_while_compute_runs(model: Path, tmp_path: Pat
     assert any(0 < n < N_HEADS for n in seen), seen
     assert seen == sorted(seen)
     # the `qkwh sql` command reads too (here after the run; during it, it waits like the reader above)
-    r = subprocess.run([sys.executable, "-m", "qkwh.cli", "sql", "-w", str(db),
-                        "SELECT count(*) AS n FROM rotation_heads"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qkwh.cli",
+            "sql",
+            "-w",
+            str(db),
+            "SELECT count(*) AS n FROM rotation_heads",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and str(N_HEADS) in r.stdout

@@ -44,8 +44,11 @@ def _stored(con, table: str, key: tuple[str, ...], analysis: str) -> dict[tuple,
     """(layer, q_head) -> the head's rows of ``table`` in the analysis's current parameter set
     (head key and config_id dropped), in key order."""
     order = ", ".join(("layer", "q_head", *key))
-    cur = con.execute(f"SELECT * FROM {table} WHERE config_id IN (SELECT config_id FROM current_config "
-                      f"WHERE analysis = ?) ORDER BY {order}", [analysis])
+    cur = con.execute(
+        f"SELECT * FROM {table} WHERE config_id IN (SELECT config_id FROM current_config "
+        f"WHERE analysis = ?) ORDER BY {order}",
+        [analysis],
+    )
     cols = [d[0] for d in cur.description]
     out: dict[tuple, list[dict]] = {}
     for r in cur.fetchall():
@@ -63,8 +66,10 @@ def _assert_sql_equals_bulk(db: Path, config: RunConfig, analyses: tuple[str, ..
     try:
         udf.register(con, config)
         calls = ", ".join(f"qkwh_{a}(h) AS {a}" for a in analyses)
-        rows = con.execute(f"SELECT layer, q_head, {calls} FROM head_inputs('smollm2-135m') AS h "
-                           "ORDER BY layer, q_head").fetchall()
+        rows = con.execute(
+            f"SELECT layer, q_head, {calls} FROM head_inputs('smollm2-135m') AS h "
+            "ORDER BY layer, q_head"
+        ).fetchall()
         assert len(rows) == N_HEADS
         for i, name in enumerate(analyses):
             decl = registry.get(name)
@@ -77,7 +82,9 @@ def _assert_sql_equals_bulk(db: Path, config: RunConfig, analyses: tuple[str, ..
                         assert len(want) == 1
                         have = [{c: got.pop(c) for c in want[0]}]
                     else:
-                        have = sorted(got.pop(t.udf_field), key=lambda r: tuple(r[c] for c in t.key))
+                        have = sorted(
+                            got.pop(t.udf_field), key=lambda r: tuple(r[c] for c in t.key)
+                        )
                     assert len(have) == len(want) > 0, (name, t.name, layer, q_head)
                     for h, w in zip(have, want):
                         assert h.keys() == w.keys()
@@ -105,22 +112,31 @@ def windowed(tmp_path_factory) -> Path:
         t = pq.read_table(path)
         perm = rng.permutation(t.num_rows)
         vectors = np.stack(t.column("vector").to_numpy(zero_copy_only=False))[perm]
-        write_vectors_file(path, position=t.column("position").to_numpy()[perm],
-                           example_id=t.column("example_id").to_numpy()[perm],
-                           bucket=t.column("bucket").to_numpy()[perm], vectors=vectors, sliding_window=WINDOW)
+        write_vectors_file(
+            path,
+            position=t.column("position").to_numpy()[perm],
+            example_id=t.column("example_id").to_numpy()[perm],
+            bucket=t.column("bucket").to_numpy()[perm],
+            vectors=vectors,
+            sliding_window=WINDOW,
+        )
     db = root.parent / "wh.duckdb"
     ingest(str(root), warehouse=db)
     return db
 
 
 def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed: Path):
-    config = RunConfig().with_overrides({"max_tokens_per_head": "700", "plasticity.empirical": "true"})
+    config = RunConfig().with_overrides(
+        {"max_tokens_per_head": "700", "plasticity.empirical": "true"}
+    )
     report = compute(windowed, workers=1, config=config)
     assert report.failures == [] and report.n_written == N_HEADS
     con = duckdb.connect(str(windowed), read_only=True)
     # the fixture is what it claims: a window on every head, rows not in (example, position)
     # order, more rows than the cap
-    assert con.execute("SELECT DISTINCT sliding_window FROM head_inputs('smollm2-135m')").fetchall() == [(WINDOW,)]
+    assert con.execute(
+        "SELECT DISTINCT sliding_window FROM head_inputs('smollm2-135m')"
+    ).fetchall() == [(WINDOW,)]
     t = con.execute("SELECT t, q_example FROM head_inputs('smollm2-135m') LIMIT 1").fetchone()
     assert list(zip(t[1], t[0])) != sorted(zip(t[1], t[0])) and len(t[0]) > 700
     assert con.execute("SELECT DISTINCT n_q FROM plasticity_heads").fetchall() == [(700,)]
@@ -164,19 +180,43 @@ def toy_run(head: HeadData, params: ToyParams, *, seed: int, shared) -> Analysis
     buckets = head.q_bucket if params.side == "q" else head.k_bucket
     ids, counts = np.unique(buckets, return_counts=True)
     res = AnalysisResult()
-    res.add("toy_heads", {"n_rows": np.array([len(x)]), "mean_norm": np.array([
-        params.scale * float(np.linalg.norm(x.astype(np.float64), axis=1).mean())]),
-        "side": np.array([params.side], dtype=object), "d_seen": np.array([shared["moments"].d])})
+    res.add(
+        "toy_heads",
+        {
+            "n_rows": np.array([len(x)]),
+            "mean_norm": np.array(
+                [params.scale * float(np.linalg.norm(x.astype(np.float64), axis=1).mean())]
+            ),
+            "side": np.array([params.side], dtype=object),
+            "d_seen": np.array([shared["moments"].d]),
+        },
+    )
     res.add("toy_buckets", {"bucket": ids.astype(np.int64), "n": counts.astype(np.int64)})
     return res
 
 
 TOY = Analysis(
-    name="toy", run=toy_run, params=ToyParams, shared=("moments",),
-    tables=(Table("toy_heads", columns=(("n_rows", "BIGINT"), ("mean_norm", "DOUBLE"), ("side", "VARCHAR"),
-                                        ("d_seen", "INTEGER"))),
-            Table("toy_buckets", key=("bucket",), columns=(("bucket", "INTEGER"), ("n", "BIGINT")),
-                  field="buckets")),
+    name="toy",
+    run=toy_run,
+    params=ToyParams,
+    shared=("moments",),
+    tables=(
+        Table(
+            "toy_heads",
+            columns=(
+                ("n_rows", "BIGINT"),
+                ("mean_norm", "DOUBLE"),
+                ("side", "VARCHAR"),
+                ("d_seen", "INTEGER"),
+            ),
+        ),
+        Table(
+            "toy_buckets",
+            key=("bucket",),
+            columns=(("bucket", "INTEGER"), ("n", "BIGINT")),
+            field="buckets",
+        ),
+    ),
 )
 
 
@@ -191,18 +231,27 @@ def _toy_rows(db: Path) -> dict[str, list]:
     """The toy's rows of its current parameter set (other sets' rows are kept beside them)."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return {t: con.execute(f"SELECT * EXCLUDE (config_id) FROM {t} WHERE config_id IN "
-                               "(SELECT config_id FROM current_config WHERE analysis = 'toy') ORDER BY ALL").fetchall()
-                for t in ("toy_heads", "toy_buckets")}
+        return {
+            t: con.execute(
+                f"SELECT * EXCLUDE (config_id) FROM {t} WHERE config_id IN "
+                "(SELECT config_id FROM current_config WHERE analysis = 'toy') ORDER BY ALL"
+            ).fetchall()
+            for t in ("toy_heads", "toy_buckets")
+        }
     finally:
         con.close()
 
 
-def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp_path: Path, monkeypatch):
+def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(
+    toy, tmp_path: Path, monkeypatch
+):
     from qkwh.compute import writer
     from qkwh.params import ANALYSES
 
-    assert ANALYSES == ("pca", "rotation", "plasticity", "toy") and "toy_buckets" in store.COMPUTE_TABLES
+    assert (
+        ANALYSES == ("pca", "rotation", "plasticity", "toy")
+        and "toy_buckets" in store.COMPUTE_TABLES
+    )
     assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
@@ -224,20 +273,34 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp
     con = store.connect(db, read_only=True)
     done = con.execute("SELECT count(*) FROM head_runs WHERE analysis = 'toy'").fetchone()[0]
     assert 0 < done < N_HEADS
-    assert con.execute("SELECT count(DISTINCT (layer, q_head)) FROM toy_buckets").fetchone()[0] == done
+    assert (
+        con.execute("SELECT count(DISTINCT (layer, q_head)) FROM toy_buckets").fetchone()[0] == done
+    )
     con.close()
 
     # ... and the next run resumes: only the missing heads are computed
     report = compute(db, workers=1, analyses=("toy",))
     assert report.failures == [] and report.n_written == N_HEADS - done
     con = store.connect(db, read_only=True)
-    heads = con.execute("SELECT layer, q_head, n_rows, side, d_seen FROM toy_heads ORDER BY 1, 2").fetchall()
-    sizes = {(layer, h): n for layer, h, n in con.execute("SELECT layer, q_head, n_q FROM heads").fetchall()}
-    assert [(layer, h, n) for layer, h, n, _, _ in heads] == [(layer, h, sizes[(layer, h)]) for layer, h in sorted(sizes)]
+    heads = con.execute(
+        "SELECT layer, q_head, n_rows, side, d_seen FROM toy_heads ORDER BY 1, 2"
+    ).fetchall()
+    sizes = {
+        (layer, h): n
+        for layer, h, n in con.execute("SELECT layer, q_head, n_q FROM heads").fetchall()
+    }
+    assert [(layer, h, n) for layer, h, n, _, _ in heads] == [
+        (layer, h, sizes[(layer, h)]) for layer, h in sorted(sizes)
+    ]
     assert {(s, d) for *_, s, d in heads} == {("q", 64)}
     # the bucket rows add up to the head's rows; the run is recorded with its parameters
-    assert con.execute("SELECT count(*) FROM (SELECT layer, q_head, sum(n) AS n FROM toy_buckets GROUP BY ALL) b "
-                       "JOIN toy_heads USING (layer, q_head) WHERE b.n <> n_rows").fetchone()[0] == 0
+    assert (
+        con.execute(
+            "SELECT count(*) FROM (SELECT layer, q_head, sum(n) AS n FROM toy_buckets GROUP BY ALL) b "
+            "JOIN toy_heads USING (layer, q_head) WHERE b.n <> n_rows"
+        ).fetchone()[0]
+        == 0
+    )
     params = con.execute("SELECT params_json FROM run_config WHERE analysis = 'toy'").fetchone()[0]
     assert '"toy": {"scale": 1.0, "side": "q"}' in params
     con.close()
@@ -255,11 +318,14 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(toy, tmp
     assert f"computed {N_HEADS} head(s)" in r.output
     second = _toy_rows(db)
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("SELECT count(DISTINCT config_id) FROM toy_heads").fetchone()[0] == 2  # both sets kept
+    assert (
+        con.execute("SELECT count(DISTINCT config_id) FROM toy_heads").fetchone()[0] == 2
+    )  # both sets kept
     con.close()
     assert second["toy_buckets"] == first["toy_buckets"]
-    np.testing.assert_allclose([r[5] for r in second["toy_heads"]], [2 * r[5] for r in first["toy_heads"]],
-                               rtol=1e-15)
+    np.testing.assert_allclose(
+        [r[5] for r in second["toy_heads"]], [2 * r[5] for r in first["toy_heads"]], rtol=1e-15
+    )
     _assert_sql_equals_bulk(db, load_run_config(params=["toy.scale=2"]), ("toy",))
 
 
@@ -292,28 +358,54 @@ def test_without_the_toy_nothing_knows_it(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
     r = runner.invoke(app, ["compute", "-w", str(db), "-a", "toy"])
-    assert r.exit_code == 2 and "unknown analysis 'toy'; choose from pca, rotation, plasticity" in r.stderr
+    assert (
+        r.exit_code == 2
+        and "unknown analysis 'toy'; choose from pca, rotation, plasticity" in r.stderr
+    )
 
 
 def test_bad_declarations_are_refused():
-    base = dict(run=toy_run, params=ToyParams, tables=(Table("toy_heads", columns=(("x", "DOUBLE"),)),))
+    base = dict(
+        run=toy_run, params=ToyParams, tables=(Table("toy_heads", columns=(("x", "DOUBLE"),)),)
+    )
     cases = [
         (dict(base, name="Toy"), "use lower-case"),
         (dict(base, name="toy", params=dict), "params must be a dataclass"),
         (dict(base, name="toy", tables=()), "no output table"),
         (dict(base, name="toy", shared=("nope",)), "unknown shared precomputation"),
-        (dict(base, name="toy", tables=(Table("t", columns=(("layer", "INTEGER"),)),)), "added by qkwh"),
-        (dict(base, name="toy", tables=(Table("head_runs", columns=(("x", "DOUBLE"),)),)), "one of qkwh's own"),
-        (dict(base, name="toy", tables=(Table("t", key=("b",), columns=(("x", "DOUBLE"),)),)), "not declared"),
-        (dict(base, name="toy", tables=(Table("t", columns=(("x", "DOUBLE); DROP TABLE models; --"),)),)),
-         "bad column declaration"),
+        (
+            dict(base, name="toy", tables=(Table("t", columns=(("layer", "INTEGER"),)),)),
+            "added by qkwh",
+        ),
+        (
+            dict(base, name="toy", tables=(Table("head_runs", columns=(("x", "DOUBLE"),)),)),
+            "one of qkwh's own",
+        ),
+        (
+            dict(base, name="toy", tables=(Table("t", key=("b",), columns=(("x", "DOUBLE"),)),)),
+            "not declared",
+        ),
+        (
+            dict(
+                base,
+                name="toy",
+                tables=(Table("t", columns=(("x", "DOUBLE); DROP TABLE models; --"),)),),
+            ),
+            "bad column declaration",
+        ),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             registry.register(Analysis(**kwargs))
     with pytest.raises(ValueError, match="belong to pca"):
-        registry.register(Analysis(name="toy", run=toy_run, params=ToyParams,
-                                   tables=(Table("pca_heads", columns=(("x", "DOUBLE"),)),)))
+        registry.register(
+            Analysis(
+                name="toy",
+                run=toy_run,
+                params=ToyParams,
+                tables=(Table("pca_heads", columns=(("x", "DOUBLE"),)),),
+            )
+        )
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("pca"))
     assert registry.names() == ("pca", "rotation", "plasticity")
@@ -327,10 +419,12 @@ def test_run_config_sections_follow_the_registry():
         cfg.nonsense  # noqa: B018
     # the shipped YAML has exactly the registered sections and their defaults
     assert load_run_config() == cfg
-    for bad, message in (({"seed": "x"}, "seed must be an integer"),
-                         ({"plasticity": {"orientation": "yes"}}, "plasticity.orientation must be true or false"),
-                         ({"rotation": {"t_active": None}}, "rotation.t_active must be a number"),
-                         ({"pca": "ten"}, "section 'pca' must be a mapping")):
+    for bad, message in (
+        ({"seed": "x"}, "seed must be an integer"),
+        ({"plasticity": {"orientation": "yes"}}, "plasticity.orientation must be true or false"),
+        ({"rotation": {"t_active": None}}, "rotation.t_active must be a number"),
+        ({"pca": "ten"}, "section 'pca' must be a mapping"),
+    ):
         with pytest.raises(ValueError, match=message):
             RunConfig.from_dict(bad)
 
@@ -340,7 +434,9 @@ def test_compute_and_sql_functions_check_a_config_built_in_code(tmp_path: Path):
     from qkwh.analyses.declared.rotation import RotationParams
     from qkwh.errors import InputError
 
-    with pytest.raises(InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"):
+    with pytest.raises(
+        InputError, match="run config: max_tokens_per_head must be a positive integer; got 0"
+    ):
         compute(tmp_path / "never-opened.duckdb", config=RunConfig(max_tokens_per_head=0))
     assert not (tmp_path / "never-opened.duckdb").exists()
     wrong = RunConfig(params=(("pca", RotationParams()),))
@@ -362,16 +458,36 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
     monkeypatch.setattr(stats, "query_moments", lambda *a: calls.append("q") or real(*a))
     rng = np.random.default_rng(0)
     n = 40
-    head = HeadData(q=rng.standard_normal((n, 4)), q_pos=np.arange(n), q_example=np.zeros(n, int),
-                    q_bucket=np.arange(n) // 10, k=rng.standard_normal((n, 4)), k_pos=np.arange(n),
-                    k_example=np.zeros(n, int), k_bucket=np.arange(n) // 10, context_length=64, bucket_size=16)
-    shared = precompute.precompute(head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity")))
-    assert set(shared) == {"query_moments", "key_moments", "moments", "key_layout"} and calls == ["q"]
+    head = HeadData(
+        q=rng.standard_normal((n, 4)),
+        q_pos=np.arange(n),
+        q_example=np.zeros(n, int),
+        q_bucket=np.arange(n) // 10,
+        k=rng.standard_normal((n, 4)),
+        k_pos=np.arange(n),
+        k_example=np.zeros(n, int),
+        k_bucket=np.arange(n) // 10,
+        context_length=64,
+        bucket_size=16,
+    )
+    shared = precompute.precompute(
+        head, tuple(registry.get(a) for a in ("pca", "rotation", "plasticity"))
+    )
+    assert set(shared) == {"query_moments", "key_moments", "moments", "key_layout"} and calls == [
+        "q"
+    ]
     assert shared["moments"].query is shared["query_moments"]
     assert shared["moments"].kc is shared["key_moments"].kc
     calls.clear()
-    assert set(precompute.precompute(head, (registry.get("plasticity"),))) == {"query_moments", "key_layout"}
-    assert set(precompute.precompute(head, (registry.get("pca"),))) == {"query_moments", "key_moments", "moments"}
+    assert set(precompute.precompute(head, (registry.get("plasticity"),))) == {
+        "query_moments",
+        "key_layout",
+    }
+    assert set(precompute.precompute(head, (registry.get("pca"),))) == {
+        "query_moments",
+        "key_moments",
+        "moments",
+    }
     assert calls == ["q", "q"]
 
 
@@ -384,8 +500,21 @@ def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
     heads = []
     for h in range(n_q_heads):
         q = (rng.standard_normal((n, d)) + 0.3 * h).astype(np.float32)
-        heads.append(HeadData(q=q, q_pos=k_pos, q_example=k_ex, q_bucket=k_bkt, k=k, k_pos=k_pos,
-                              k_example=k_ex, k_bucket=k_bkt, context_length=320, bucket_size=64, q_head=h))
+        heads.append(
+            HeadData(
+                q=q,
+                q_pos=k_pos,
+                q_example=k_ex,
+                q_bucket=k_bkt,
+                k=k,
+                k_pos=k_pos,
+                k_example=k_ex,
+                k_bucket=k_bkt,
+                context_length=320,
+                bucket_size=64,
+                q_head=h,
+            )
+        )
     return heads
 
 
@@ -420,7 +549,9 @@ def test_heads_of_a_kv_group_share_the_key_precomputations(monkeypatch):
             assert a[name].tables.keys() == b[name].tables.keys()
             for table, cols in a[name].tables.items():
                 for col, values in cols.items():
-                    np.testing.assert_array_equal(values, b[name].tables[table][col], err_msg=f"{table}.{col}")
+                    np.testing.assert_array_equal(
+                        values, b[name].tables[table][col], err_msg=f"{table}.{col}"
+                    )
     # equal keys in other arrays are other keys: the cache starts over
     copy = dataclasses.replace(heads[0], k=heads[0].k.copy())
     calls.clear()
@@ -444,10 +575,19 @@ def test_a_head_without_keys_fails_the_key_moments_with_the_head_checks_message(
     from qkwh.compute.work import run_analyses
 
     head = _gqa_heads(1)[0]
-    empty = dataclasses.replace(head, k=head.k[:0], k_pos=head.k_pos[:0], k_example=head.k_example[:0],
-                                k_bucket=head.k_bucket[:0])
-    with pytest.raises(ValueError, match="too few rows: need at least 3 query and 3 key rows, got n_q=300, n_k=0"):
+    empty = dataclasses.replace(
+        head,
+        k=head.k[:0],
+        k_pos=head.k_pos[:0],
+        k_example=head.k_example[:0],
+        k_bucket=head.k_bucket[:0],
+    )
+    with pytest.raises(
+        ValueError, match="too few rows: need at least 3 query and 3 key rows, got n_q=300, n_k=0"
+    ):
         run_analyses(empty, ("pca", "plasticity"), RunConfig())
     # plasticity alone takes a head without keys (its rows say so, with NaN plasticity)
-    buckets = run_analyses(empty, ("plasticity",), RunConfig())["plasticity"].tables["plasticity_buckets"]
+    buckets = run_analyses(empty, ("plasticity",), RunConfig())["plasticity"].tables[
+        "plasticity_buckets"
+    ]
     assert (buckets["n_eligible_keys"] == 0).all() and np.isnan(buckets["ap_bucket"]).all()

@@ -33,14 +33,30 @@ def two_sets(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A small synthetic model with two pca sets, `base` and `s1`: (warehouse, name -> config_id)."""
     tmp = tmp_path_factory.mktemp("set-names")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
-    for args in (["synth", str(data), "--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16",
-                  "--rows", "300"],
-                 ["ingest", str(data), "--model-id", MODEL, "-w", str(db)]):
+    for args in (
+        [
+            "synth",
+            str(data),
+            "--layers",
+            "2",
+            "--q-heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--head-dim",
+            "16",
+            "--rows",
+            "300",
+        ],
+        ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
+    ):
         r = cli(*args)
         assert r.exit_code == 0, r.output
     ids = {}
     for name, params in (("base", []), ("s1", ["seed=1"])):
-        report = compute(db, workers=1, analyses=("pca",), name=name, config=load_run_config(params=params))
+        report = compute(
+            db, workers=1, analyses=("pca",), name=name, config=load_run_config(params=params)
+        )
         ids[name] = report.config_ids["pca"]
     return db, ids
 
@@ -64,7 +80,9 @@ def test_compute_refuses_a_name_shadowing_a_config_id_and_writes_nothing(two_set
     assert r.exit_code == 2, r.output
     assert f"parameter-set name {prefix!r} reads as a config_id prefix" in r.stderr
     with pytest.raises(InputError, match="reads as a config_id prefix"):
-        compute(db, workers=1, analyses=("pca",), name=prefix, config=load_run_config(params=["seed=2"]))
+        compute(
+            db, workers=1, analyses=("pca",), name=prefix, config=load_run_config(params=["seed=2"])
+        )
     assert store_rows(db) == before
 
 
@@ -90,7 +108,12 @@ def test_hex_digits_resolve_to_the_config_id_even_beside_an_old_hex_name(two_set
     assert r.exit_code == 0, r.output
     con = store.connect(db, read_only=True)
     try:
-        assert con.execute("SELECT config_id FROM current_config WHERE model_id = ?", [MODEL]).fetchone()[0] == ids["s1"]
+        assert (
+            con.execute(
+                "SELECT config_id FROM current_config WHERE model_id = ?", [MODEL]
+            ).fetchone()[0]
+            == ids["s1"]
+        )
     finally:
         con.close()
 
@@ -98,7 +121,9 @@ def test_hex_digits_resolve_to_the_config_id_even_beside_an_old_hex_name(two_set
 def store_rows(db: Path) -> list[tuple]:
     con = store.connect(db, read_only=True)
     try:
-        return con.execute("SELECT config_id, name FROM run_config ORDER BY 1").fetchall() + \
-            con.execute("SELECT count(*) FROM head_runs").fetchall()
+        return (
+            con.execute("SELECT config_id, name FROM run_config ORDER BY 1").fetchall()
+            + con.execute("SELECT count(*) FROM head_runs").fetchall()
+        )
     finally:
         con.close()

@@ -84,7 +84,11 @@ def extended_build(build_root: Path, synthetic_build: Built) -> Built:
     con = store.connect(wh)
     try:
         # views must survive the rename (DuckDB names the catalog after the file stem)
-        notes = {"stg_models_rows_after_copy": con.execute("SELECT count(*) FROM staging.stg_models").fetchall()[0][0]}
+        notes = {
+            "stg_models_rows_after_copy": con.execute(
+                "SELECT count(*) FROM staging.stg_models"
+            ).fetchall()[0][0]
+        }
         sm.fill(con, [sm.EXTRA_MODEL], with_run_config=False)
     finally:
         con.close()
@@ -135,7 +139,9 @@ def simulation_build(build_root: Path) -> Built:
     wh = build_root / "sim" / "qkwh.duckdb"
     con = store.connect(wh)
     try:
-        truth = interval_data.fill_simulated(con, SIM_MODELS, SIM_LAYERS, SIM_HEADS_PER_LAYER, seed=7)
+        truth = interval_data.fill_simulated(
+            con, SIM_MODELS, SIM_LAYERS, SIM_HEADS_PER_LAYER, seed=7
+        )
     finally:
         con.close()
     # cautious: only tests whose every parent is selected (not the relationship tests of
@@ -143,8 +149,13 @@ def simulation_build(build_root: Path) -> Built:
     mp = pytest.MonkeyPatch()
     mp.setenv("DBT_INDIRECT_SELECTION", "cautious")
     try:
-        res = build(wh, select="+model_metric_ci", target_dir=build_root / "sim" / "target",
-                    log_sink=_quiet, dbt_vars={"n_boot": SIM_BOOT})
+        res = build(
+            wh,
+            select="+model_metric_ci",
+            target_dir=build_root / "sim" / "target",
+            log_sink=_quiet,
+            dbt_vars={"n_boot": SIM_BOOT},
+        )
     finally:
         mp.undo()
     return Built(wh, res, {"truth": truth})

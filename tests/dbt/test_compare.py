@@ -23,14 +23,18 @@ def test_compare_orients_the_stored_pair_as_a_minus_b(ci_build):
     ab = {r.metric: r for r in compare(ci_build.warehouse, "qwen3-4b", "ministral3-3b")}
     ba = {r.metric: r for r in compare(ci_build.warehouse, "ministral3-3b", "qwen3-4b")}
     assert set(ab) == set(ba) and "ap_drop" in ab
-    stored = ci_build.dicts("SELECT * FROM model_comparisons WHERE model_a = 'ministral3-3b' "
-                            "AND model_b = 'qwen3-4b' AND metric = 'ap_drop'")[0]
+    stored = ci_build.dicts(
+        "SELECT * FROM model_comparisons WHERE model_a = 'ministral3-3b' "
+        "AND model_b = 'qwen3-4b' AND metric = 'ap_drop'"
+    )[0]
     assert ba["ap_drop"].difference == stored["difference"]
     assert (ba["ap_drop"].ci_low, ba["ap_drop"].ci_high) == (stored["ci_low"], stored["ci_high"])
     assert ab["ap_drop"].difference == -stored["difference"]
     assert (ab["ap_drop"].ci_low, ab["ap_drop"].ci_high) == (-stored["ci_high"], -stored["ci_low"])
     assert ab["ap_drop"].verdict == "A > B" and ba["ap_drop"].verdict == "A < B"
-    ci = ci_build.dicts("SELECT * FROM model_metric_ci WHERE model_id = 'qwen3-4b' AND metric = 'ap_drop'")[0]
+    ci = ci_build.dicts(
+        "SELECT * FROM model_metric_ci WHERE model_id = 'qwen3-4b' AND metric = 'ap_drop'"
+    )[0]
     assert (ab["ap_drop"].estimate_a, ab["ap_drop"].ci_low_a) == (ci["estimate"], ci["ci_low"])
     assert ab["ap_drop"].label_a == "Qwen3 4B"
 

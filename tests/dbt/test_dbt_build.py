@@ -23,11 +23,24 @@ from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
 
 MARTS = [
-    "head_metrics", "head_taxonomy", "taxonomy_fractions", "model_summary",
-    "plasticity_length_bins", "plasticity_heatmap_model", "plasticity_buckets_gap",
-    "component_weights_model", "bias_decomposition", "training_trajectory", "layer_profile",
-    "family_correlations", "benchmark_joins", "benchmark_correlations", "published_comparison",
-    "model_metric_ci", "model_comparisons", "head_rotation_pairs",
+    "head_metrics",
+    "head_taxonomy",
+    "taxonomy_fractions",
+    "model_summary",
+    "plasticity_length_bins",
+    "plasticity_heatmap_model",
+    "plasticity_buckets_gap",
+    "component_weights_model",
+    "bias_decomposition",
+    "training_trajectory",
+    "layer_profile",
+    "family_correlations",
+    "benchmark_joins",
+    "benchmark_correlations",
+    "published_comparison",
+    "model_metric_ci",
+    "model_comparisons",
+    "head_rotation_pairs",
 ]
 SPECS = {s.model_id: s for s in sm.BASE_MODELS}
 QWEN, MINISTRAL = SPECS["qwen3-4b"], SPECS["ministral3-3b"]
@@ -65,23 +78,35 @@ def test_synthetic_build_passes_every_test_and_unit_test(synthetic_build):
     assert "dbt build ok" in res.summary == str(res)
     # marts and seeds in main beside the raw tables; staging and intermediate models in schemas
     # named exactly `staging` / `intermediate` (not dbt's default main_staging)
-    schemas = dict(synthetic_build.query(
-        "SELECT table_name, table_schema FROM information_schema.tables WHERE table_name IN "
-        "('model_summary', 'stg_models', 'int_models', 'int_model_metric_replicates', "
-        "'model_registry', 'models')"))
-    assert schemas == {"model_summary": "main", "model_registry": "main", "models": "main",
-                       "stg_models": "staging", "int_models": "intermediate",
-                       "int_model_metric_replicates": "intermediate"}
+    schemas = dict(
+        synthetic_build.query(
+            "SELECT table_name, table_schema FROM information_schema.tables WHERE table_name IN "
+            "('model_summary', 'stg_models', 'int_models', 'int_model_metric_replicates', "
+            "'model_registry', 'models')"
+        )
+    )
+    assert schemas == {
+        "model_summary": "main",
+        "model_registry": "main",
+        "models": "main",
+        "stg_models": "staging",
+        "int_models": "intermediate",
+        "int_model_metric_replicates": "intermediate",
+    }
     assert _layer_objects_in_main(synthetic_build.warehouse) == []
 
 
 def _layer_objects_in_main(warehouse: Path) -> list[str]:
     con = duckdb.connect(str(warehouse), read_only=True)
     try:
-        return [r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
-            "AND (table_name LIKE 'stg\\_%' ESCAPE '\\' OR table_name LIKE 'int\\_%' ESCAPE '\\') "
-            "ORDER BY 1").fetchall()]
+        return [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+                "AND (table_name LIKE 'stg\\_%' ESCAPE '\\' OR table_name LIKE 'int\\_%' ESCAPE '\\') "
+                "ORDER BY 1"
+            ).fetchall()
+        ]
     finally:
         con.close()
 
@@ -95,14 +120,20 @@ def test_a_warehouse_of_the_old_layout_is_migrated_on_build(synthetic_build, tmp
     try:
         moved = con.execute(
             "SELECT table_schema, table_name, table_type FROM information_schema.tables "
-            "WHERE table_schema IN ('staging', 'intermediate') ORDER BY 2").fetchall()
+            "WHERE table_schema IN ('staging', 'intermediate') ORDER BY 2"
+        ).fetchall()
         assert len(moved) > 20
         for schema, name, kind in moved:  # the layout of earlier builds: everything in main
             if kind == "VIEW":
-                sql = con.execute("SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ?",
-                                  [schema, name]).fetchone()[0]
-                con.execute(sql.replace(f"CREATE VIEW {schema}.", "CREATE VIEW main.", 1)
-                            .replace(f'CREATE VIEW "{schema}".', "CREATE VIEW main.", 1))
+                sql = con.execute(
+                    "SELECT sql FROM duckdb_views() WHERE schema_name = ? AND view_name = ?",
+                    [schema, name],
+                ).fetchone()[0]
+                con.execute(
+                    sql.replace(f"CREATE VIEW {schema}.", "CREATE VIEW main.", 1).replace(
+                        f'CREATE VIEW "{schema}".', "CREATE VIEW main.", 1
+                    )
+                )
             else:
                 con.execute(f'CREATE TABLE main."{name}" AS SELECT * FROM "{schema}"."{name}"')
         con.execute("DROP SCHEMA staging CASCADE")
@@ -119,7 +150,9 @@ def test_a_warehouse_of_the_old_layout_is_migrated_on_build(synthetic_build, tmp
     con = duckdb.connect(str(wh), read_only=True)
     try:
         assert {m: con.execute(f'SELECT count(*) FROM "{m}"').fetchone()[0] for m in MARTS} == marts
-        assert con.execute("SELECT count(*) FROM staging.stg_models").fetchone()[0] == len(sm.BASE_MODELS)
+        assert con.execute("SELECT count(*) FROM staging.stg_models").fetchone()[0] == len(
+            sm.BASE_MODELS
+        )
     finally:
         con.close()
 
@@ -129,13 +162,20 @@ def test_build_reports_a_locked_warehouse_in_one_line(tmp_path, monkeypatch):
     wh = tmp_path / "locked.duckdb"
     duckdb.connect(str(wh)).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import duckdb, sys, time
             con = duckdb.connect({str(wh)!r})
             print("ready", flush=True)
             sys.stdin.read()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(WarehouseLockedError) as exc:
@@ -158,12 +198,18 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
     wh = tmp_path / "corrupt.duckdb"
     shutil.copy(synthetic_build.warehouse, wh)
     con = duckdb.connect(str(wh))
-    con.execute("UPDATE plasticity_components SET component_weight = component_weight + 0.01 "
-                "WHERE model_id = 'qwen3-4b' AND layer = 0 AND q_head = 0 AND component = 3")
+    con.execute(
+        "UPDATE plasticity_components SET component_weight = component_weight + 0.01 "
+        "WHERE model_id = 'qwen3-4b' AND layer = 0 AND q_head = 0 AND component = 3"
+    )
     con.close()
     with pytest.raises(QkwhError) as exc:
-        build_mod.build(wh, select="+assert_component_weights_sum_to_one",
-                        target_dir=tmp_path / "target", log_sink=lambda m: None)
+        build_mod.build(
+            wh,
+            select="+assert_component_weights_sum_to_one",
+            target_dir=tmp_path / "target",
+            log_sink=lambda m: None,
+        )
     message = str(exc.value)
     assert "assert_component_weights_sum_to_one" in message
     assert "failing row" in message and "\n" not in message
@@ -183,7 +229,8 @@ def test_registry_seed_is_byte_identical_to_configs_models_csv():
 def test_marts_rank_models_by_planted_plasticity_decay(synthetic_build):
     rows = synthetic_build.query(
         "SELECT model_id FROM model_summary "
-        "WHERE model_id IN ('qwen3-4b', 'ministral3-3b', 'synth-noreg') ORDER BY ap_drop DESC")
+        "WHERE model_id IN ('qwen3-4b', 'ministral3-3b', 'synth-noreg') ORDER BY ap_drop DESC"
+    )
     # planted slopes: qwen3-4b 0.24 > synth-noreg 0.15 > ministral3-3b 0.08
     assert [r[0] for r in rows] == ["qwen3-4b", "synth-noreg", "ministral3-3b"]
     summary = dict(synthetic_build.query("SELECT model_id, ap_drop FROM model_summary"))
@@ -197,7 +244,10 @@ def test_model_profile_matches_hand_computation(synthetic_build, model_id):
     for key, value in expected.items():
         assert close(row[key], value), (key, row[key], value)
     for k in range(5):
-        assert close(row[f"quintile_{k}"], (expected[f"decile_{2*k}"] + expected[f"decile_{2*k+1}"]) / 2)
+        assert close(
+            row[f"quintile_{k}"],
+            (expected[f"decile_{2 * k}"] + expected[f"decile_{2 * k + 1}"]) / 2,
+        )
     assert row["n_heads_plasticity"] == len(SPECS[model_id].heads)
     # no empirical estimator in these rows: its columns stay empty
     assert row["ap_overall_empirical"] is None and row["gauss_gap"] is None
@@ -211,7 +261,8 @@ def test_head_profile_handles_a_bucket_without_pairs(synthetic_build):
     buckets = sm.bucket_rows(spec, idx, 10, 3)
     d0 = synthetic_build.query(
         "SELECT decile_0, ap_first_20pct, head_label FROM head_metrics "
-        "WHERE model_id = 'qwen3-4b' AND layer = 10 AND q_head = 3")[0]
+        "WHERE model_id = 'qwen3-4b' AND layer = 10 AND q_head = 3"
+    )[0]
     assert close(d0[0], buckets[1]["ap_bucket"])
     assert d0[2] == "L10H3"
 
@@ -234,8 +285,11 @@ def test_length_bins_follow_the_bin_table(synthetic_build):
         assert close(b["ap"], want), (b["model_id"], b["metric_name"], b["ap"], want)
         checked += want is not None
     assert checked > 40
-    lc = {b["label"]: b["ap"] for b in bins
-          if b["model_id"] == "smollm3-3b-lc-32k-to-64k-step-4000" and b["bin_set"] == "smollm3_lc"}
+    lc = {
+        b["label"]: b["ap"]
+        for b in bins
+        if b["model_id"] == "smollm3-3b-lc-32k-to-64k-step-4000" and b["bin_set"] == "smollm3_lc"
+    }
     assert lc["0-1K"] is None and lc["1K-2K"] is not None  # tau_0 ~ m/2 = 2048 (Table 7's "-")
     qwen = {b["metric_name"]: b for b in bins if b["model_id"] == "qwen3-4b"}
     assert qwen["len_bin_65536_131072"]["ap"] is not None  # right-closed last LBP bin
@@ -244,12 +298,21 @@ def test_length_bins_follow_the_bin_table(synthetic_build):
 
 def test_model_summary_has_a_column_per_bin_metric(synthetic_build):
     row = synthetic_build.dicts("SELECT * FROM model_summary WHERE model_id = 'qwen3-4b'")[0]
-    for name in ("len_bin_0_8192", "len_bin_65536_131072", "ruler_bin_4096", "len_bin_0_256",
-                 "len_bin_49152_65536", "len_bin_total_drop", "lbp_overall"):
+    for name in (
+        "len_bin_0_8192",
+        "len_bin_65536_131072",
+        "ruler_bin_4096",
+        "len_bin_0_256",
+        "len_bin_49152_65536",
+        "len_bin_total_drop",
+        "lbp_overall",
+    ):
         assert name in row
     assert close(row["len_bin_0_8192"], sm.expected_bin(QWEN, 0, 8192, False))
-    assert close(row["len_bin_total_drop"],
-                 sm.expected_bin(QWEN, 65536, 131072, True) - sm.expected_bin(QWEN, 0, 8192, False))
+    assert close(
+        row["len_bin_total_drop"],
+        sm.expected_bin(QWEN, 65536, 131072, True) - sm.expected_bin(QWEN, 0, 8192, False),
+    )
     assert row["len_bin_0_256"] is None  # smollm3 short-context set does not apply
     assert row["lbp_overall"] == 31.26
     assert row["n_heads"] == 4 and row["family"] == "Qwen3"
@@ -286,7 +349,10 @@ def test_bias_decomposition_changes_between_consecutive_checkpoints(synthetic_bu
     assert first["previous_model_id"] is None and first["delta_bias_strength"] is None
     assert rows["qwen3-4b"]["delta_bias_strength"] is None
     # the degenerate head of synth-noreg drops out of the means
-    assert close(rows["synth-noreg"]["bias_strength"], sm.expected_bias(SPECS["synth-noreg"])["bias_strength"])
+    assert close(
+        rows["synth-noreg"]["bias_strength"],
+        sm.expected_bias(SPECS["synth-noreg"])["bias_strength"],
+    )
     # LC extension: per-token bias collapses while bias x L_ctx grows (I-32)
     lc, anneal = rows[SMOL[2].model_id], rows[SMOL[1].model_id]
     assert lc["bias_strength"] < anneal["bias_strength"]
@@ -304,7 +370,8 @@ def test_head_taxonomy_and_fractions(synthetic_build):
     for r_q, r_k, tax in rows:
         assert tax == sm.taxonomy(r_q, r_k)
     fr = synthetic_build.query(
-        "SELECT taxonomy, n_heads, n_total, fraction FROM taxonomy_fractions WHERE scope_kind = 'all'")
+        "SELECT taxonomy, n_heads, n_total, fraction FROM taxonomy_fractions WHERE scope_kind = 'all'"
+    )
     assert len(fr) == 5
     counts = {}
     for _r_q, _r_k, tax in rows:
@@ -314,13 +381,19 @@ def test_head_taxonomy_and_fractions(synthetic_build):
 
 
 def test_layer_profile_flags_nope_and_cross_attention_layers(synthetic_build):
-    smol = {r["layer"]: r for r in synthetic_build.dicts(
-        "SELECT * FROM layer_profile WHERE model_id = 'smollm3-3b-stage1-step-40000'")}
+    smol = {
+        r["layer"]: r
+        for r in synthetic_build.dicts(
+            "SELECT * FROM layer_profile WHERE model_id = 'smollm3-3b-stage1-step-40000'"
+        )
+    }
     assert set(smol) == {3, 4, 7}
     assert smol[3]["is_nope"] and smol[7]["is_nope"] and not smol[4]["is_nope"]
     assert smol[4]["nope_adjacency"] == "after_no_rope"
-    noreg = {r["layer"]: r for r in synthetic_build.dicts(
-        "SELECT * FROM layer_profile WHERE model_id = 'synth-noreg'")}
+    noreg = {
+        r["layer"]: r
+        for r in synthetic_build.dicts("SELECT * FROM layer_profile WHERE model_id = 'synth-noreg'")
+    }
     assert set(noreg) == {0, 1, 3}  # no heads in cross-attention layer 2
     assert noreg[1]["nope_adjacency"] == "before_no_rope"
     assert noreg[3]["nope_adjacency"] == "after_no_rope"
@@ -332,9 +405,13 @@ def test_layer_profile_flags_nope_and_cross_attention_layers(synthetic_build):
 
 def test_family_correlations_match_hand_computed_pearson(synthetic_build):
     pts = sm.head_points(sm.BASE_MODELS)
-    rows = {(r[0], r[1]): (r[2], r[3]) for r in synthetic_build.query(
-        "SELECT scope_kind, scope, n, pearson_r FROM family_correlations "
-        "WHERE x_metric = 'bias_strength' AND y_metric = 'separation_strength'")}
+    rows = {
+        (r[0], r[1]): (r[2], r[3])
+        for r in synthetic_build.query(
+            "SELECT scope_kind, scope, n, pearson_r FROM family_correlations "
+            "WHERE x_metric = 'bias_strength' AND y_metric = 'separation_strength'"
+        )
+    }
     n, r = rows[("all", "all")]
     assert n == len(pts)
     assert abs(r - sm.pearson([p[1] for p in pts], [p[2] for p in pts])) < 1e-11
@@ -347,8 +424,12 @@ def test_family_correlations_match_hand_computed_pearson(synthetic_build):
 
 
 def test_heatmap_pools_over_heads_and_masks_small_cells(synthetic_build):
-    rows = {(r[0], r[1]): r[2:] for r in synthetic_build.query(
-        "SELECT model_id, dx_bin, n, masked, ap_mean, dx_tokens FROM plasticity_heatmap_model")}
+    rows = {
+        (r[0], r[1]): r[2:]
+        for r in synthetic_build.query(
+            "SELECT model_id, dx_bin, n, masked, ap_mean, dx_tokens FROM plasticity_heatmap_model"
+        )
+    }
     n, masked, ap, _ = rows[("qwen3-4b", 0)]
     assert n == 4 * 2 * 40 and not masked and close(ap, 0.5)
     n, masked, ap, dx_tokens = rows[("qwen3-4b", 1)]
@@ -358,7 +439,8 @@ def test_heatmap_pools_over_heads_and_masks_small_cells(synthetic_build):
 def test_component_weights_average_over_heads(synthetic_build):
     rows = synthetic_build.query(
         "SELECT component, component_weight, n_heads, rope_pair_index FROM component_weights_model "
-        "WHERE model_id = 'ministral3-3b' ORDER BY component")
+        "WHERE model_id = 'ministral3-3b' ORDER BY component"
+    )
     assert len(rows) == 8
     for c, w, n, pair in rows:
         assert close(w, (c + 1) / 36) and n == 3 and pair == c % 4
@@ -372,12 +454,17 @@ def test_component_weights_average_over_heads(synthetic_build):
 def test_benchmark_joins_pair_scores_with_metrics(synthetic_build):
     obs = synthetic_build.dicts(
         "SELECT * FROM benchmark_joins WHERE benchmark = 'longbench_pro' "
-        "AND length_scope = 'overall' AND metric = 'ap_drop' ORDER BY model_id")
-    assert [(o["model_id"], o["score"]) for o in obs] == [("ministral3-3b", 30.18), ("qwen3-4b", 31.26)]
+        "AND length_scope = 'overall' AND metric = 'ap_drop' ORDER BY model_id"
+    )
+    assert [(o["model_id"], o["score"]) for o in obs] == [
+        ("ministral3-3b", 30.18),
+        ("qwen3-4b", 31.26),
+    ]
     assert close(obs[1]["metric_value"], sm.expected_model_plasticity(QWEN)["ap_drop"])
     corr = synthetic_build.query(
         "SELECT n, pearson_r, fisher_ci_low, boot_ci_low, p_value FROM benchmark_correlations "
-        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
+        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'"
+    )
     assert corr == [(2, None, None, None, None)]  # two models: n reported, r withheld
 
 
@@ -389,15 +476,22 @@ def test_published_comparison_covers_ingested_registry_models_only(synthetic_bui
     rows = synthetic_build.dicts("SELECT * FROM published_comparison WHERE level = 'model'")
     assert len(rows) == len(expected) > 0
     assert {r["model_id"] for r in rows} <= ingested - {"synth-noreg"}
-    drop = [r for r in rows if r["model_id"] == "qwen3-4b" and r["metric"] == "ap_drop" and r["is_preferred"]]
+    drop = [
+        r
+        for r in rows
+        if r["model_id"] == "qwen3-4b" and r["metric"] == "ap_drop" and r["is_preferred"]
+    ]
     assert len(drop) == 1
     ours = sm.expected_model_plasticity(QWEN)["ap_drop"]
     assert close(drop[0]["our_value"], ours)
     assert close(drop[0]["difference"], ours - drop[0]["published_value"])
     assert drop[0]["tolerance"] == 0.01
     assert drop[0]["within_tolerance"] == (abs(ours - drop[0]["published_value"]) <= 0.01)
-    bins = [r for r in rows if r["model_id"] == "smollm3-3b-stage1-step-40000"
-            and r["metric"] == "len_bin_0_256"]
+    bins = [
+        r
+        for r in rows
+        if r["model_id"] == "smollm3-3b-stage1-step-40000" and r["metric"] == "len_bin_0_256"
+    ]
     assert bins and bins[0]["our_value"] is not None
 
 
@@ -406,12 +500,18 @@ def test_published_comparison_covers_ingested_registry_models_only(synthetic_bui
 # ------------------------------------------------------------------------------------------
 
 PER_MODEL_MARTS = {
-    "head_taxonomy": "model_id", "model_summary": "model_id", "head_metrics": "model_id",
+    "head_taxonomy": "model_id",
+    "model_summary": "model_id",
+    "head_metrics": "model_id",
     "model_metric_ci": "model_id",
-    "plasticity_length_bins": "model_id", "plasticity_heatmap_model": "model_id",
-    "component_weights_model": "model_id", "bias_decomposition": "model_id",
-    "training_trajectory": "model_id", "layer_profile": "model_id",
-    "published_comparison": "model_id", "head_rotation_pairs": "model_id",
+    "plasticity_length_bins": "model_id",
+    "plasticity_heatmap_model": "model_id",
+    "component_weights_model": "model_id",
+    "bias_decomposition": "model_id",
+    "training_trajectory": "model_id",
+    "layer_profile": "model_id",
+    "published_comparison": "model_id",
+    "head_rotation_pairs": "model_id",
 }
 
 
@@ -447,20 +547,41 @@ def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extende
         assert before and _same_rows(after, before), f"{mart}: rows of existing models changed"
     assert _same_rows(
         _rows(synthetic_build, "taxonomy_fractions", "scope_kind = 'model'"),
-        _rows(extended_build, "taxonomy_fractions", f"scope_kind = 'model' AND scope <> '{new_id}'"))
+        _rows(
+            extended_build, "taxonomy_fractions", f"scope_kind = 'model' AND scope <> '{new_id}'"
+        ),
+    )
     assert _same_rows(
         _rows(synthetic_build, "family_correlations", "scope_kind <> 'all'"),
-        _rows(extended_build, "family_correlations",
-              f"scope_kind <> 'all' AND scope NOT IN ('{new_id}', 'Llama3.2')"))
+        _rows(
+            extended_build,
+            "family_correlations",
+            f"scope_kind <> 'all' AND scope NOT IN ('{new_id}', 'Llama3.2')",
+        ),
+    )
     # the new model is everywhere it should be
-    for mart in ("model_summary", "head_metrics", "head_taxonomy", "layer_profile", "model_metric_ci"):
-        assert extended_build.query(f'SELECT count(*) FROM "{mart}" WHERE model_id = ?', [new_id])[0][0] > 0
+    for mart in (
+        "model_summary",
+        "head_metrics",
+        "head_taxonomy",
+        "layer_profile",
+        "model_metric_ci",
+    ):
+        assert (
+            extended_build.query(f'SELECT count(*) FROM "{mart}" WHERE model_id = ?', [new_id])[0][
+                0
+            ]
+            > 0
+        )
     # cross-model rows do change: pooled taxonomy, pooled correlation, benchmark correlation
-    assert not _same_rows(_rows(synthetic_build, "taxonomy_fractions", "scope_kind = 'all'"),
-                          _rows(extended_build, "taxonomy_fractions", "scope_kind = 'all'"))
+    assert not _same_rows(
+        _rows(synthetic_build, "taxonomy_fractions", "scope_kind = 'all'"),
+        _rows(extended_build, "taxonomy_fractions", "scope_kind = 'all'"),
+    )
     corr = extended_build.query(
         "SELECT n, pearson_r FROM benchmark_correlations "
-        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'")
+        "WHERE benchmark = 'longbench_pro' AND length_scope = 'overall' AND metric = 'ap_drop'"
+    )
     drops = [sm.expected_model_plasticity(s)["ap_drop"] for s in (MINISTRAL, QWEN, sm.EXTRA_MODEL)]
     lbp = [30.18, 31.26, 15.71]
     assert corr[0][0] == 3
@@ -475,8 +596,9 @@ def test_adding_a_model_changes_only_what_depends_on_it(synthetic_build, extende
 @pytest.mark.slow  # dbt docs generate
 def test_docs_generate_writes_a_static_page(synthetic_build, tmp_path):
     t0 = time.perf_counter()
-    page = build_mod.docs_generate(synthetic_build.warehouse, target_dir=tmp_path / "target",
-                                   log_sink=lambda m: None)
+    page = build_mod.docs_generate(
+        synthetic_build.warehouse, target_dir=tmp_path / "target", log_sink=lambda m: None
+    )
     assert page.name == "static_index.html" and page.exists()
     text = page.read_text(errors="ignore")
     assert "model_summary" in text and "model_metric_ci" in text
@@ -496,12 +618,19 @@ def test_build_on_a_really_computed_warehouse(real_build):
     heads = real_build.notes["heads_computed"]
     row = real_build.dicts("SELECT * FROM model_summary")[0]
     assert row["model_id"] == "smollm2-135m" and row["family"] == "SmolLM2"
-    assert row["n_heads"] == row["n_heads_pca"] == row["n_heads_rotation"] == row["n_heads_plasticity"] == heads
+    assert (
+        row["n_heads"]
+        == row["n_heads_pca"]
+        == row["n_heads_rotation"]
+        == row["n_heads_plasticity"]
+        == heads
+    )
     assert 0 < row["ap_last_20pct"] < row["ap_first_20pct"] < 1
     assert 0 < row["abs_r_k_a"] <= 1
     profile = real_build.query("SELECT count(*) FROM head_metrics WHERE has_plasticity")[0][0]
     assert profile == heads
-    bins = dict(real_build.query(
-        "SELECT label, n_heads FROM plasticity_length_bins WHERE bin_set = 'lbp'"))
+    bins = dict(
+        real_build.query("SELECT label, n_heads FROM plasticity_length_bins WHERE bin_set = 'lbp'")
+    )
     assert bins["0-8K"] == heads and bins["8K-16K"] == 0  # 8K context: one LBP bin
     assert real_build.query("SELECT count(*) FROM published_comparison")[0][0] == 0

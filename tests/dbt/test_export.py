@@ -23,11 +23,15 @@ def test_export_marts_views_and_tables_to_parquet(synthetic_build, tmp_path):
     names = ["model_summary", "stg_plasticity_buckets", "rotation_axes", "intermediate.int_models"]
     paths = export(synthetic_build.warehouse, names, "parquet", tmp_path / "out")
     assert [p.name for p in paths] == [f"{n.split('.')[-1]}.parquet" for n in names]
-    relations = ["main.model_summary", "staging.stg_plasticity_buckets", "main.rotation_axes",
-                 "intermediate.int_models"]
+    relations = [
+        "main.model_summary",
+        "staging.stg_plasticity_buckets",
+        "main.rotation_axes",
+        "intermediate.int_models",
+    ]
     for name, path in zip(relations, paths):
         table = pq.read_table(path)
-        want = synthetic_build.query(f'SELECT count(*) FROM {name}')[0][0]
+        want = synthetic_build.query(f"SELECT count(*) FROM {name}")[0][0]
         assert table.num_rows == want > 0
     ms = pq.read_table(paths[0]).to_pylist()
     db = synthetic_build.dicts("SELECT model_id, ap_drop FROM model_summary")
@@ -63,23 +67,50 @@ def test_legacy_export_for_one_model(synthetic_build, tmp_path):
     assert sorted(p.name for p in paths) == sorted(LEGACY_FILES)
     metrics = _csv(tmp_path / "head_metrics.csv")
     assert len(metrics) == 4 and {r["model"] for r in metrics} == {"qwen3-4b"}
-    assert {"layer", "q_head", "k_head", "n_q_tokens", "n_k_tokens", "d_model", "q_R2_pos",
-            "ap_overall", "ap_first_20pct", "ap_drop"} <= set(metrics[0])
+    assert {
+        "layer",
+        "q_head",
+        "k_head",
+        "n_q_tokens",
+        "n_k_tokens",
+        "d_model",
+        "q_R2_pos",
+        "ap_overall",
+        "ap_first_20pct",
+        "ap_drop",
+    } <= set(metrics[0])
     buckets = _csv(tmp_path / "head_bucket_plasticity.csv")
     assert len(buckets) == 4 * 16
     for r in buckets:
         assert r["plasticity"] == r["ap_bucket"] and r["bucket"] == r["q_bucket"]
         assert "n_pairs" in r
-    no_pairs = [r for r in buckets if r["layer"] == "10" and r["q_head"] == "3" and r["bucket"] == "0"]
+    no_pairs = [
+        r for r in buckets if r["layer"] == "10" and r["q_head"] == "3" and r["bucket"] == "0"
+    ]
     assert no_pairs[0]["n_pairs"] == "0" and math.isnan(float(no_pairs[0]["plasticity"]))
     weights = _csv(tmp_path / "head_component_weights.csv")
     assert len(weights) == 4 * 8
     assert all(r["weight"] == r["component_weight"] for r in weights)
     rotated = _csv(tmp_path / "rotated.csv")
-    assert len(rotated) == 4 and {"model", "layer", "head", "bias_strength", "separation_strength"} <= set(rotated[0])
+    assert len(rotated) == 4 and {
+        "model",
+        "layer",
+        "head",
+        "bias_strength",
+        "separation_strength",
+    } <= set(rotated[0])
     qk = _csv(tmp_path / "qk.csv")
     assert len(qk) == 4 * 10
-    assert {"model", "layer", "head", "pc", "explained_variance_ratio", "r_q", "r_k", "taxonomy"} <= set(qk[0])
+    assert {
+        "model",
+        "layer",
+        "head",
+        "pc",
+        "explained_variance_ratio",
+        "r_q",
+        "r_k",
+        "taxonomy",
+    } <= set(qk[0])
 
 
 def test_legacy_export_for_every_model_and_unknown_model(synthetic_build, tmp_path):
@@ -104,10 +135,17 @@ def test_legacy_export_writes_only_the_current_parameter_set(synthetic_build, tm
     shutil.copy(synthetic_build.warehouse, wh)
     con = duckdb.connect(str(wh))
     try:
-        for table in ("rotation_heads", "pca_components", "plasticity_buckets",
-                      "plasticity_components", "plasticity_heads"):
-            con.execute(f"INSERT INTO {table} SELECT * REPLACE ('not-current' AS config_id) "
-                        f"FROM {table} WHERE model_id = 'qwen3-4b'")
+        for table in (
+            "rotation_heads",
+            "pca_components",
+            "plasticity_buckets",
+            "plasticity_components",
+            "plasticity_heads",
+        ):
+            con.execute(
+                f"INSERT INTO {table} SELECT * REPLACE ('not-current' AS config_id) "
+                f"FROM {table} WHERE model_id = 'qwen3-4b'"
+            )
     finally:
         con.close()
     export_legacy(wh, tmp_path / "out", "qwen3-4b")

@@ -50,15 +50,23 @@ def two_sets(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("mixed") / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
     compute(db, workers=1, name="base")
-    compute(db, workers=1, name="s1", config=load_run_config(params=["seed=1", "rotation.t_active=0.4"]))
+    compute(
+        db, workers=1, name="s1", config=load_run_config(params=["seed=1", "rotation.t_active=0.4"])
+    )
     return db
 
 
 def _build_killed_after(db: Path, node: str) -> None:
     """Run `qkwh build` in a child process and kill -9 it as soon as dbt says ``node`` is built."""
     env = {k: v for k, v in os.environ.items() if k != "QKWH_WAREHOUSE"}
-    proc = subprocess.Popen([sys.executable, "-m", "qkwh.cli", "build", "-w", str(db)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkwh.cli", "build", "-w", str(db)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     built = threading.Event()
 
@@ -95,8 +103,10 @@ def test_interrupted_build_leaves_marts_that_are_told_stale(two_sets: Path, tmp_
     _build_killed_after(db, "head_metrics")  # head_metrics from base, model_summary still from s1
     use(db, "s1")  # back to the set of the last full build
 
-    held = {table: {r[0] for r in rows_of(db, f"SELECT DISTINCT config_id_rotation FROM {table}")}
-            for table in ("head_metrics", "model_summary")}
+    held = {
+        table: {r[0] for r in rows_of(db, f"SELECT DISTINCT config_id_rotation FROM {table}")}
+        for table in ("head_metrics", "model_summary")
+    }
     assert held == {"head_metrics": {ids["base"]}, "model_summary": {ids["s1"]}}  # mixed, really
 
     con = store.connect(db, read_only=True)
@@ -112,8 +122,10 @@ def test_interrupted_build_leaves_marts_that_are_told_stale(two_sets: Path, tmp_
     assert r.exit_code == 0 and "marts are stale" in r.stderr
 
     build(db, target_dir=tmp_path / "target")
-    held = {table: {r[0] for r in rows_of(db, f"SELECT DISTINCT config_id_rotation FROM {table}")}
-            for table in ("head_metrics", "model_summary")}
+    held = {
+        table: {r[0] for r in rows_of(db, f"SELECT DISTINCT config_id_rotation FROM {table}")}
+        for table in ("head_metrics", "model_summary")
+    }
     assert held == {"head_metrics": {ids["s1"]}, "model_summary": {ids["s1"]}}
     con = store.connect(db, read_only=True)
     assert not staleness(con).stale
@@ -122,7 +134,9 @@ def test_interrupted_build_leaves_marts_that_are_told_stale(two_sets: Path, tmp_
     assert "up to date" in r.stdout and "stale" not in r.stderr
 
 
-def test_a_build_whose_inputs_changed_before_dbt_ran_gets_unknown_inputs(two_sets: Path, tmp_path: Path):
+def test_a_build_whose_inputs_changed_before_dbt_ran_gets_unknown_inputs(
+    two_sets: Path, tmp_path: Path
+):
     """Another process writing between the build's record and dbt taking the file: the tables of
     that build may hold either state, so the build's inputs become unknown (its tables stale)."""
     from qkwh.status import finish_build, start_build
@@ -132,7 +146,9 @@ def test_a_build_whose_inputs_changed_before_dbt_ran_gets_unknown_inputs(two_set
     con = store.connect(db)
     try:
         unchanged = start_build(con)
-        con.execute("INSERT INTO mart_relations VALUES ('model_summary', ?)", [unchanged])  # as dbt does
+        con.execute(
+            "INSERT INTO mart_relations VALUES ('model_summary', ?)", [unchanged]
+        )  # as dbt does
         finish_build(con, unchanged)
         changed = start_build(con)
         con.execute("INSERT INTO mart_relations VALUES ('head_metrics', ?)", [changed])
@@ -142,7 +158,11 @@ def test_a_build_whose_inputs_changed_before_dbt_ran_gets_unknown_inputs(two_set
     con = store.connect(db)
     try:
         finish_build(con, changed)
-        rows = dict(con.execute("SELECT build_id, inputs_json FROM mart_builds WHERE NOT running").fetchall())
+        rows = dict(
+            con.execute(
+                "SELECT build_id, inputs_json FROM mart_builds WHERE NOT running"
+            ).fetchall()
+        )
     finally:
         con.close()
     assert rows[changed] == "null" and MODEL in rows[unchanged]

@@ -27,11 +27,22 @@ DRIFT = {"synth-flat": 0.2, "synth-mid": 0.7, "synth-steep": 1.5}
 def test_marts_rank_planted_plasticity_decay(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     for model_id, drift in DRIFT.items():
-        root = write_dataset(tmp_path / model_id, n_layers=2, n_q_heads=4, n_kv_heads=2,
-                             heads=[(0, 0), (0, 2), (1, 1), (1, 3)], d=32, rows_per_file=1500,
-                             n_examples=16, seed=1, drift_scale=drift)
+        root = write_dataset(
+            tmp_path / model_id,
+            n_layers=2,
+            n_q_heads=4,
+            n_kv_heads=2,
+            heads=[(0, 0), (0, 2), (1, 1), (1, 3)],
+            d=32,
+            rows_per_file=1500,
+            n_examples=16,
+            seed=1,
+            drift_scale=drift,
+        )
         ingest(str(root), warehouse=db, model_id=model_id, family="Synth", label=model_id.upper())
-    report = compute(db, workers=1, config=RunConfig().with_overrides({"plasticity.empirical": "true"}))
+    report = compute(
+        db, workers=1, config=RunConfig().with_overrides({"plasticity.empirical": "true"})
+    )
     assert report.failures == [] and report.n_written == 12
     result = build(db)
     assert not result.failed
@@ -41,14 +52,17 @@ def test_marts_rank_planted_plasticity_decay(tmp_path: Path):
     assert sorted(drop, key=drop.get) == ["synth-flat", "synth-mid", "synth-steep"], drop
     assert drop["synth-steep"] - drop["synth-flat"] > 0.2
     # the same order in model_summary, and bias_strength grows with the planted drift too
-    rows = con.execute("SELECT model_id, ap_drop, bias_strength FROM model_summary ORDER BY ap_drop").fetchall()
+    rows = con.execute(
+        "SELECT model_id, ap_drop, bias_strength FROM model_summary ORDER BY ap_drop"
+    ).fetchall()
     assert [r[0] for r in rows] == ["synth-flat", "synth-mid", "synth-steep"]
     assert rows[0][2] < rows[1][2] < rows[2][2]
 
     # the empirical estimator reaches every head: finite values and a gap beside the Gaussian
     heads = con.execute(
         "SELECT has_empirical, ap_overall, ap_overall_empirical, ap_drop_empirical, gauss_gap, "
-        "gauss_gap_drop, gauss_gap_sampled_se, decile_0_empirical, label, family FROM head_metrics").fetchall()
+        "gauss_gap_drop, gauss_gap_sampled_se, decile_0_empirical, label, family FROM head_metrics"
+    ).fetchall()
     assert len(heads) == 12
     for has, ap, ap_emp, drop_emp, gap, gap_drop, gap_se, d0, label, family in heads:
         assert has and family == "Synth" and label.startswith("SYNTH-")

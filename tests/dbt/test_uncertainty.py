@@ -73,7 +73,9 @@ def test_two_stage_bootstrap_widens_with_the_metric_noise():
     b = two_stage_bootstrap_r(noisy, y, 1000, stream(0, "g"), min_n=3)
     width = lambda v: np.subtract(*np.nanquantile(v, [0.975, 0.025]))  # noqa: E731
     assert width(b) > 1.2 * width(a)
-    assert np.array_equal(a, two_stage_bootstrap_r(exact, y, 1000, stream(0, "g"), min_n=3), equal_nan=True)
+    assert np.array_equal(
+        a, two_stage_bootstrap_r(exact, y, 1000, stream(0, "g"), min_n=3), equal_nan=True
+    )
     assert np.nanmedian(b) < np.nanmedian(a)  # noise in x attenuates r
 
 

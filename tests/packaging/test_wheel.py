@@ -26,9 +26,23 @@ pytestmark = pytest.mark.packaging  # builds a wheel and installs it into a new 
 REPO = Path(__file__).resolve().parents[2]
 DATA = "qkwh/_data/"
 # what a working copy may hold that is not part of the package source
-_IGNORED = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                                  ".pytest_cache", "*.duckdb", "*.duckdb.wal", "*.dbt", "target",
-                                  "logs", ".user.yml", "results", "export")
+_IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    "*.duckdb",
+    "*.duckdb.wal",
+    "*.dbt",
+    "target",
+    "logs",
+    ".user.yml",
+    "results",
+    "export",
+)
 
 
 def _not_source(folder: str, names: list[str]) -> set[str]:
@@ -36,8 +50,15 @@ def _not_source(folder: str, names: list[str]) -> set[str]:
     if Path(folder) == REPO / "reports":  # generated reports
         ignored |= {n for n in names if (Path(folder) / n).is_dir()}
     return ignored
-LEFTOVERS = ("dbt_project/target/manifest.json", "dbt_project/logs/dbt.log", "dbt_project/.user.yml",
-             "warehouse/qkwh.duckdb", "configs/__pycache__/x.pyc")
+
+
+LEFTOVERS = (
+    "dbt_project/target/manifest.json",
+    "dbt_project/logs/dbt.log",
+    "dbt_project/.user.yml",
+    "warehouse/qkwh.duckdb",
+    "configs/__pycache__/x.pyc",
+)
 
 
 def _bundled_sources() -> set[str]:
@@ -46,8 +67,11 @@ def _bundled_sources() -> set[str]:
     for folder in ("warehouse/sample", "configs", "dbt_project", "docs"):
         for p in (REPO / folder).rglob("*"):
             rel = p.relative_to(REPO)
-            if p.is_file() and not any(part in ("target", "logs", "__pycache__") for part in rel.parts) \
-                    and p.name != ".user.yml":
+            if (
+                p.is_file()
+                and not any(part in ("target", "logs", "__pycache__") for part in rel.parts)
+                and p.name != ".user.yml"
+            ):
                 out.add(rel.as_posix())
     return out
 
@@ -60,8 +84,12 @@ def wheel(tmp_path_factory) -> Path:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text("leftover")
     dist = tmp_path_factory.mktemp("dist")
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(dist)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-q", "-w", str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     (whl,) = dist.glob("qkwh-*.whl")
     return whl
@@ -69,14 +97,24 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_wheel_carries_the_run_time_files_and_no_leftovers(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
-    bundled = {n[len(DATA):] for n in names if n.startswith(DATA)}
+    bundled = {n[len(DATA) :] for n in names if n.startswith(DATA)}
     assert bundled == _bundled_sources()
-    for must in ("dbt_project/dbt_project.yml", "dbt_project/profiles.yml", "configs/models.csv",
-                 "configs/run.yaml", "warehouse/sample/smollm2-135m/_saver_state.json",
-                 "docs/README.md", "docs/metrics/plasticity.md"):
+    for must in (
+        "dbt_project/dbt_project.yml",
+        "dbt_project/profiles.yml",
+        "configs/models.csv",
+        "configs/run.yaml",
+        "warehouse/sample/smollm2-135m/_saver_state.json",
+        "docs/README.md",
+        "docs/metrics/plasticity.md",
+    ):
         assert must in bundled
     assert {f"qkwh/sql/{p.name}" for p in (REPO / "qkwh" / "sql").glob("*.sql")} <= names
-    assert not [n for n in names if "/target/" in n or "/logs/" in n or n.endswith((".user.yml", ".duckdb", ".pyc"))]
+    assert not [
+        n
+        for n in names
+        if "/target/" in n or "/logs/" in n or n.endswith((".user.yml", ".duckdb", ".pyc"))
+    ]
 
 
 def test_one_version_string(wheel: Path):
@@ -90,8 +128,11 @@ def test_one_version_string(wheel: Path):
 
 
 def _tree_state(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file() or p.is_dir()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() or p.is_dir()
+    }
 
 
 PYTHON_API = """
@@ -117,29 +158,57 @@ print(json.dumps({"has_model_summary": "model_summary" in names, "arrow": isinst
 
 @pytest.mark.slow
 def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_path: Path):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "QKWH_WAREHOUSE", "PYTHONSTARTUP")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "QKWH_WAREHOUSE", "PYTHONSTARTUP")
+    }
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=300)
     py = venv / "bin" / "python"
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True,
-                       env=env, timeout=900)
+    r = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
     work = tmp_path / "work"
     work.mkdir()
     env["HOME"] = str(tmp_path / "home")  # nothing may depend on (or land in) the user's home
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, env=env, cwd=work).stdout.strip())
-    r = subprocess.run([str(py), "-c", "import qkwh, qkwh.paths as p; print(qkwh.__file__); print(p.DATA_ROOT)"],
-                       capture_output=True, text=True, check=True, env=env, cwd=work)
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            cwd=work,
+        ).stdout.strip()
+    )
+    r = subprocess.run(
+        [str(py), "-c", "import qkwh, qkwh.paths as p; print(qkwh.__file__); print(p.DATA_ROOT)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=work,
+    )
     module_file, data_root = r.stdout.split()
     assert Path(module_file).is_relative_to(site) and not Path(module_file).is_relative_to(REPO)
     assert Path(data_root) == site / "qkwh" / "_data"
     before = _tree_state(site)
 
-    r = subprocess.run([str(venv / "bin" / "qkwh"), "demo"], capture_output=True, text=True, env=env,
-                       cwd=work, timeout=900)
+    r = subprocess.run(
+        [str(venv / "bin" / "qkwh"), "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
     assert _tree_state(site) == before, "the demo wrote into site-packages"
@@ -150,14 +219,20 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     report = work / "reports" / "demo"
     assert (report / "index.html").is_file() and (report / "figures.json").is_file()
     assert (report / "vega.js").is_file() and list((report / "models").glob("*.html"))
-    assert list((report / "figures").glob("*.vl.json")) and not list((report / "figures").glob("*.png"))
+    assert list((report / "figures").glob("*.vl.json")) and not list(
+        (report / "figures").glob("*.png")
+    )
     assert sorted(p.name for p in work.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
-    r = subprocess.run([str(venv / "bin" / "qkwh"), "models"], capture_output=True, text=True, env=env, cwd=work)
+    r = subprocess.run(
+        [str(venv / "bin" / "qkwh"), "models"], capture_output=True, text=True, env=env, cwd=work
+    )
     assert r.returncode == 0 and "smollm2-135m" in r.stdout, r.stderr
 
     # the Python entry point, in the wheel's own environment (nothing else installed): Arrow and
     # numpy without knowing DuckDB, and to_pandas says what it needs when pandas is not there
-    r = subprocess.run([str(py), "-c", PYTHON_API], capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    r = subprocess.run(
+        [str(py), "-c", PYTHON_API], capture_output=True, text=True, env=env, cwd=work, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout)
     assert got["has_model_summary"] and got["arrow"] and got["numpy"] and got["n_taxonomy"] == 12
@@ -166,4 +241,3 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
         assert got["pandas"] == "DataFrame"
     else:
         assert "needs pandas (pip install pandas)" in got["pandas"]
-

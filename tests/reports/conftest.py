@@ -35,8 +35,9 @@ def report_warehouse(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("report-wh")
     db = root / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
-    synth = write_dataset(root / SYNTH, n_layers=4, n_q_heads=2, n_kv_heads=1, d=16,
-                          rows_per_file=600, seed=5)
+    synth = write_dataset(
+        root / SYNTH, n_layers=4, n_q_heads=2, n_kv_heads=1, d=16, rows_per_file=600, seed=5
+    )
     ingest(str(synth), warehouse=db, model_id=SYNTH, family=SYNTH_FAMILY, label=SYNTH_LABEL)
     cfg = RunConfig().with_overrides({"plasticity.empirical": "true"})
     rep = compute(db, workers=1, config=cfg)
@@ -117,17 +118,25 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
     shutil.copy(report_warehouse, db)
     con = duckdb.connect(str(db))
     try:
+
         def columns(table: str) -> list[str]:
-            return [r[0] for r in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
-                "AND table_name = ?", [table]).fetchall()]
+            return [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = 'main' "
+                    "AND table_name = ?",
+                    [table],
+                ).fetchall()
+            ]
 
         ids = [f"corpus-{i}" for i in range(CORPUS_MODELS)]
         for table in sorted(MARTS) + ["files", "pca_axes", "rotation_axes"]:
             cols = columns(table)
             if "model_id" not in cols:
                 continue
-            heads = [h for h in (("head",) if table == "files" else ("q_head", "k_head")) if h in cols]
+            heads = [
+                h for h in (("head",) if table == "files" else ("q_head", "k_head")) if h in cols
+            ]
             for i, mid in enumerate(ids):
                 for j in range(CORPUS_COPIES if heads else 1):
                     new = [f"'{mid}' AS model_id"]
@@ -138,9 +147,14 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
                     new += [f"{h} + {100 * j} AS {h}" for h in heads]
                     if "head_label" in cols:
                         new.append(f"'L' || layer || 'H' || (q_head + {100 * j}) AS head_label")
-                    con.execute(f'INSERT INTO "{table}" BY NAME SELECT * REPLACE ({", ".join(new)}) '
-                                f'FROM "{table}" WHERE model_id = ?', [MODEL])
-            con.execute(f'DELETE FROM "{table}" WHERE NOT list_contains(?::VARCHAR[], model_id)', [ids])
+                    con.execute(
+                        f'INSERT INTO "{table}" BY NAME SELECT * REPLACE ({", ".join(new)}) '
+                        f'FROM "{table}" WHERE model_id = ?',
+                        [MODEL],
+                    )
+            con.execute(
+                f'DELETE FROM "{table}" WHERE NOT list_contains(?::VARCHAR[], model_id)', [ids]
+            )
     finally:
         con.close()
     return db

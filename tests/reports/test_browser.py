@@ -15,10 +15,21 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]  # renders the whole report, then Chromium draws it
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+]  # renders the whole report, then Chromium draws it
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SKIP_MESSAGE = "chromium not found: apt-get install chromium (Debian) to run the browser test"
 
 # Number of drawn data-mark items per figure, from each Vega view's scenegraph (role 'mark' only:
@@ -56,10 +67,21 @@ COUNT_MARKS_JS = """
 """
 # Figures whose marks are heads or rows of one head: the tooltip names model and head (label
 # L<layer>H<query head>); the scatter plots of head metrics also give layer and head numbers.
-HEAD_LEVEL = ("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles", "pca-collage",
-              "rot-ab-collage", "rot-complement-collage", "ap-gauss-vs-empirical")
-HEAD_NUMBERS = ("pca-rq-rk-scatter", "rot-bias-vs-separation", "ap-head-profiles",
-                "ap-gauss-vs-empirical")
+HEAD_LEVEL = (
+    "pca-rq-rk-scatter",
+    "rot-bias-vs-separation",
+    "ap-head-profiles",
+    "pca-collage",
+    "rot-ab-collage",
+    "rot-complement-collage",
+    "ap-gauss-vs-empirical",
+)
+HEAD_NUMBERS = (
+    "pca-rq-rk-scatter",
+    "rot-bias-vs-separation",
+    "ap-head-profiles",
+    "ap-gauss-vs-empirical",
+)
 
 
 def _chromium() -> str | None:
@@ -73,8 +95,9 @@ def browser():
     exe = _chromium()
     if not exe:
         pytest.skip(SKIP_MESSAGE)
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed: "
-                                   "pip install -e '.[test]'")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright not installed: pip install -e '.[test]'"
+    )
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -103,10 +126,16 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
             page = context.new_page()
             page.on("console", lambda msg: console.append((msg.type, msg.text)))
             page.on("pageerror", lambda exc: page_errors.append(str(exc)))
-            page.on("request", lambda req: network.append(req.url)
-                    if req.url.startswith(("http:", "https:")) else None)
+            page.on(
+                "request",
+                lambda req: (
+                    network.append(req.url) if req.url.startswith(("http:", "https:")) else None
+                ),
+            )
             page.goto(html.as_uri(), wait_until="load")
-            page.wait_for_function("window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000)
+            page.wait_for_function(
+                "window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000
+            )
             got = page.evaluate(COUNT_MARKS_JS)
             for key in ("marks", "tooltips"):
                 state[key].update(got[key])

@@ -25,19 +25,42 @@ from qkwh.reports.render import CATALOGUE, render
 from tests.conftest import REPO
 from tests.reports.conftest import MODEL, SYNTH, SYNTH_LABEL
 
-PER_MODEL = ("pca-collage", "rot-ab-collage", "rot-complement-collage", "ap-heatmap", "ap-head-profiles")
+PER_MODEL = (
+    "pca-collage",
+    "rot-ab-collage",
+    "rot-complement-collage",
+    "ap-heatmap",
+    "ap-head-profiles",
+)
 # Every figure the fixture (two models, no checkpoints, no published values, no benchmark scores)
 # has data for.
 EXPECTED = {
-    "pca-pc-roles", "pca-rq-rk-scatter", "pca-depth-rq0", "pca-depth-rk0", "pca-explained-variance",
-    "pca-taxonomy", "rot-abs-r", "rot-variance", "rot-bias-distribution", "rot-slope-ratio",
-    "rot-depth-abs-rka", "rot-depth-bias", "rot-bias-vs-separation", "ap-component-weights",
-    "ap-decile-profiles", "ap-forest", "ap-gauss-vs-empirical",
+    "pca-pc-roles",
+    "pca-rq-rk-scatter",
+    "pca-depth-rq0",
+    "pca-depth-rk0",
+    "pca-explained-variance",
+    "pca-taxonomy",
+    "rot-abs-r",
+    "rot-variance",
+    "rot-bias-distribution",
+    "rot-slope-ratio",
+    "rot-depth-abs-rka",
+    "rot-depth-bias",
+    "rot-bias-vs-separation",
+    "ap-component-weights",
+    "ap-decile-profiles",
+    "ap-forest",
+    "ap-gauss-vs-empirical",
 } | {f"{fig}-{m}" for fig in PER_MODEL for m in (MODEL, SYNTH)}
 LEFT_OUT = {  # id -> a word the reason must contain
-    "train-bias-decomposition": "checkpoint", "train-rotation": "checkpoint",
-    "train-plasticity": "checkpoint", "train-pca": "checkpoint", "train-taxonomy": "checkpoint",
-    "pub-comparison": "published", "ap-drop-vs-benchmark": "benchmark",
+    "train-bias-decomposition": "checkpoint",
+    "train-rotation": "checkpoint",
+    "train-plasticity": "checkpoint",
+    "train-pca": "checkpoint",
+    "train-taxonomy": "checkpoint",
+    "pub-comparison": "published",
+    "ap-drop-vs-benchmark": "benchmark",
 }
 
 
@@ -85,8 +108,14 @@ def test_every_expected_figure_is_drawn_on_its_page_without_static_files(fixture
 
 
 def test_static_files_are_written_when_asked(report_warehouse, tmp_path):
-    r = render(report_warehouse, out=tmp_path / "static", models=[SYNTH], strict=True,
-               figures=["pca-taxonomy", "pca-collage"], formats=("png", "svg"))
+    r = render(
+        report_warehouse,
+        out=tmp_path / "static",
+        models=[SYNTH],
+        strict=True,
+        figures=["pca-taxonomy", "pca-collage"],
+        formats=("png", "svg"),
+    )
     assert {f.id for f in r.figures} == {"pca-taxonomy", f"pca-collage-{SYNTH}"}
     for f in r.figures:
         assert f.png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.png.stat().st_size > 5_000, f.id
@@ -95,30 +124,54 @@ def test_static_files_are_written_when_asked(report_warehouse, tmp_path):
         assert len(list(root.iter())) > 30, f"{f.id}: SVG looks empty"
         assert f.png.parent == f.svg.parent == r.out / "figures"
     # a render without static files removes those of the earlier one
-    again = render(report_warehouse, out=tmp_path / "static", models=[SYNTH], figures=["pca-taxonomy"])
+    again = render(
+        report_warehouse, out=tmp_path / "static", models=[SYNTH], figures=["pca-taxonomy"]
+    )
     assert [p.name for p in (again.out / "figures").iterdir()] == ["pca-taxonomy.vl.json"]
     assert not (again.out / "models").exists() or not list((again.out / "models").iterdir())
 
 
 # cross-model figures with a colour per model and a legend that picks models
-MODEL_LEGEND = ("pca-pc-roles", "pca-rq-rk-scatter", "pca-explained-variance", "rot-slope-ratio",
-                "rot-bias-vs-separation", "ap-component-weights", "ap-decile-profiles",
-                "ap-gauss-vs-empirical")
+MODEL_LEGEND = (
+    "pca-pc-roles",
+    "pca-rq-rk-scatter",
+    "pca-explained-variance",
+    "rot-slope-ratio",
+    "rot-bias-vs-separation",
+    "ap-component-weights",
+    "ap-decile-profiles",
+    "ap-gauss-vs-empirical",
+)
 # cross-model figures whose models sit on an axis or in panels, named by their label
-MODEL_AXIS = ("pca-depth-rq0", "pca-depth-rk0", "pca-taxonomy", "rot-abs-r", "rot-variance",
-              "rot-bias-distribution", "rot-depth-abs-rka", "rot-depth-bias", "ap-forest")
+MODEL_AXIS = (
+    "pca-depth-rq0",
+    "pca-depth-rk0",
+    "pca-taxonomy",
+    "rot-abs-r",
+    "rot-variance",
+    "rot-bias-distribution",
+    "rot-depth-abs-rka",
+    "rot-depth-bias",
+    "ap-forest",
+)
 
 
 def test_model_legends_filter_and_axes_have_titles(fixture_report):
     specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
     for fid in MODEL_LEGEND:
         sels = [p for p in _params(specs[fid]) if isinstance(p.get("select"), dict)]
-        assert any(p.get("bind") == "legend" and p["select"].get("fields") == ["model"] for p in sels), fid
+        assert any(
+            p.get("bind") == "legend" and p["select"].get("fields") == ["model"] for p in sels
+        ), fid
     for fid, spec in specs.items():  # every positional channel carries a title
         for enc in _encodings(spec):
             for ch in ("x", "y"):
                 if isinstance(enc.get(ch), dict) and "field" in enc[ch]:
-                    assert "title" in enc[ch], (fid, ch, enc[ch])  # set explicitly (null = in subtitle)
+                    assert "title" in enc[ch], (
+                        fid,
+                        ch,
+                        enc[ch],
+                    )  # set explicitly (null = in subtitle)
 
 
 def _params(node):
@@ -208,13 +261,20 @@ def test_per_model_figures_are_on_model_pages_linked_from_the_index(fixture_repo
     # figures.json names every figure's page
     index_json = json.loads(r.figure_index.read_text())
     assert {f["id"]: f["page"] for f in index_json["figures"]} == {
-        f.id: f.page.relative_to(r.out).as_posix() for f in r.figures}
+        f.id: f.page.relative_to(r.out).as_posix() for f in r.figures
+    }
     assert index_json["vendor_js"] == "vega.js"
 
 
 def test_the_catalogue_covers_every_figure_family():
     sections = {f.section for f in CATALOGUE}
-    assert sections == {"PCA", "Rotation", "Plasticity", "Training dynamics", "Published comparison"}
+    assert sections == {
+        "PCA",
+        "Rotation",
+        "Plasticity",
+        "Training dynamics",
+        "Published comparison",
+    }
     keys = [f.key for f in CATALOGUE]
     assert len(keys) == len(set(keys))
     for f in CATALOGUE:
@@ -242,7 +302,11 @@ def test_unknown_model_figure_and_unbuilt_warehouse(report_warehouse, tmp_path):
 # figures the fixture cannot feed, from hand-filled mart rows
 # ------------------------------------------------------------------------------------------
 
-CKPTS = [("ckpt-a", "pretrain", 1, 40000), ("ckpt-b", "pretrain", 2, 1200000), ("ckpt-c", "lc_4k_32k", 3, 4000)]
+CKPTS = [
+    ("ckpt-a", "pretrain", 1, 40000),
+    ("ckpt-b", "pretrain", 2, 1200000),
+    ("ckpt-c", "lc_4k_32k", 3, 4000),
+]
 
 
 @pytest.fixture(scope="module")
@@ -258,10 +322,14 @@ def filled_warehouse(report_warehouse, tmp_path_factory) -> Path:
             con.execute(
                 "INSERT INTO model_summary BY NAME SELECT * REPLACE (? AS model_id, ? AS label, "
                 "'SmolLM3' AS family, ? AS checkpoint_phase, ? AS trajectory_rank, ? AS checkpoint_step) "
-                "FROM model_summary WHERE model_id = ?", [mid, mid, phase, rank, step, MODEL])
+                "FROM model_summary WHERE model_id = ?",
+                [mid, mid, phase, rank, step, MODEL],
+            )
             con.execute(
                 "INSERT INTO model_metric_ci BY NAME SELECT * REPLACE (? AS model_id, ? AS label) "
-                "FROM model_metric_ci WHERE model_id = ?", [mid, mid, MODEL])
+                "FROM model_metric_ci WHERE model_id = ?",
+                [mid, mid, MODEL],
+            )
             con.execute(
                 """INSERT INTO training_trajectory BY NAME SELECT
                    'SmolLM3' AS family, ? AS model_id, ? AS checkpoint_phase, ? AS trajectory_rank,
@@ -279,36 +347,49 @@ def filled_warehouse(report_warehouse, tmp_path_factory) -> Path:
                    ev_0 AS ev0_mean, 0.02 AS ev0_sd,
                    frac_position_dominated, frac_q_positional, frac_k_positional, frac_content_focused, frac_mixed
                    FROM model_summary WHERE model_id = ?""",
-                [mid, phase, rank, step, f, f, f, f, 1 / f, MODEL])
+                [mid, phase, rank, step, f, f, f, f, 1 / f, MODEL],
+            )
             con.execute(
                 """INSERT INTO bias_decomposition BY NAME SELECT ? AS model_id, 'SmolLM3' AS family,
                    true AS is_checkpoint, ? AS checkpoint_phase, ? AS checkpoint_step, ? AS trajectory_rank,
                    ? * mu_q_a AS mu_q_a, alpha_k, ? * bias_strength AS bias_strength, 0.1 AS rel_change_bias_strength
-                   FROM model_summary WHERE model_id = ?""", [mid, phase, step, rank, f, f, MODEL])
+                   FROM model_summary WHERE model_id = ?""",
+                [mid, phase, step, rank, f, f, MODEL],
+            )
             con.execute(
                 """INSERT INTO published_comparison BY NAME SELECT 'model' AS level, ? AS model_id,
                    metric, 'Table 5' AS source_table, true AS is_preferred, value * ? AS published_value,
                    value AS our_value, 0.01 AS tolerance, abs(value * ? - value) <= 0.01 AS within_tolerance
                    FROM (VALUES ('ap_overall', 0.55), ('ap_drop', 0.2), ('abs_r_k_a', 0.9),
-                                ('bias_strength', 0.009)) AS t(metric, value)""", [mid, f, f])
+                                ('bias_strength', 0.009)) AS t(metric, value)""",
+                [mid, f, f],
+            )
             con.execute(
                 """INSERT INTO benchmark_joins BY NAME SELECT
                    'longbench_pro' AS benchmark, 'non-thinking' AS mode, 'overall' AS length_scope,
                    'ap_drop' AS metric, ? AS model_id, 'SmolLM3' AS family, ? AS score, ? AS metric_value""",
-                [mid, 30.0 + 5 * i, 0.2 - 0.03 * i])
+                [mid, 30.0 + 5 * i, 0.2 - 0.03 * i],
+            )
         con.execute(
             """INSERT INTO benchmark_correlations BY NAME SELECT
                'longbench_pro' AS benchmark, 'non-thinking' AS mode, 'overall' AS length_scope,
-               'ap_drop' AS metric, 3 AS n, -1.0 AS pearson_r, -1.0 AS boot_ci_low, -0.5 AS boot_ci_high""")
+               'ap_drop' AS metric, 3 AS n, -1.0 AS pearson_r, -1.0 AS boot_ci_low, -0.5 AS boot_ci_high"""
+        )
     finally:
         con.close()
     return db
 
 
-def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(filled_warehouse, tmp_path):
-    r = render(filled_warehouse, out=tmp_path / "filled", strict=True,
-               models=[MODEL] + [c[0] for c in CKPTS],
-               figures=["Training dynamics", "published comparison", "ap-drop-vs-benchmark", "ap-heatmap"])
+def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(
+    filled_warehouse, tmp_path
+):
+    r = render(
+        filled_warehouse,
+        out=tmp_path / "filled",
+        strict=True,
+        models=[MODEL] + [c[0] for c in CKPTS],
+        figures=["Training dynamics", "published comparison", "ap-drop-vs-benchmark", "ap-heatmap"],
+    )
     ids = {f.id for f in r.figures}
     assert ids == set(LEFT_OUT) | {f"ap-heatmap-{MODEL}"}, ids
     for fid in LEFT_OUT:
@@ -321,8 +402,15 @@ def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(fill
     # every checkpoint panel draws its values with intervals (copied from the sample's rows) and
     # the caption says what they are; the benchmark figure gives r with both intervals
     figs = {f.id: f for f in r.figures}
-    for fid in ("train-bias-decomposition", "train-rotation", "train-plasticity", "train-pca",
-                "train-taxonomy", "pub-comparison", "ap-drop-vs-benchmark"):
+    for fid in (
+        "train-bias-decomposition",
+        "train-rotation",
+        "train-plasticity",
+        "train-pca",
+        "train-taxonomy",
+        "pub-comparison",
+        "ap-drop-vs-benchmark",
+    ):
         assert '"errorbar"' in figs[fid].spec.read_text(), fid
         assert "layer-cluster bootstrap" in figs[fid].caption, (fid, figs[fid].caption)
     bench = figs["ap-drop-vs-benchmark"].caption
@@ -330,7 +418,9 @@ def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(fill
     assert "Fisher-z interval n/a" in bench
 
 
-def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse, tmp_path, monkeypatch):
+def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(
+    report_warehouse, tmp_path, monkeypatch
+):
     """A figure that raises is left out with its error, the rest is written, and the exit code says so."""
     import dataclasses
 
@@ -345,7 +435,10 @@ def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(report_warehouse,
     first = render_mod.CATALOGUE[0]
     bad = dataclasses.replace(first, key="broken-figure", build=broken, per_model=False)
     monkeypatch.setattr(render_mod, "CATALOGUE", (bad, first))
-    r = CliRunner().invoke(app, ["report", "-w", str(report_warehouse), "-o", str(tmp_path / "rep"), "-m", "smollm2-135m"])
+    r = CliRunner().invoke(
+        app,
+        ["report", "-w", str(report_warehouse), "-o", str(tmp_path / "rep"), "-m", "smollm2-135m"],
+    )
     assert r.exit_code == 1, r.output
     assert "left out broken-figure: failed: RuntimeError: simulated drawing bug" in r.output
     assert "1 figure(s) failed to render" in r.stderr
@@ -362,7 +455,9 @@ def test_cli_report_static_writes_png_and_svg(report_warehouse, tmp_path, monkey
 
     fig = next(f for f in render_mod.CATALOGUE if f.key == "pca-taxonomy")
     monkeypatch.setattr(render_mod, "CATALOGUE", (fig,))
-    r = CliRunner().invoke(app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")])
+    r = CliRunner().invoke(
+        app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")]
+    )
     assert r.exit_code == 0, r.output
     for ext in ("png", "svg", "vl.json"):
         assert (tmp_path / "rep" / "figures" / f"pca-taxonomy.{ext}").is_file(), ext
@@ -374,10 +469,19 @@ def test_cli_report_static_writes_png_and_svg(report_warehouse, tmp_path, monkey
 # ------------------------------------------------------------------------------------------
 
 # figures that draw a model-level value with its interval
-INTERVAL_FIGURES = ("pca-pc-roles", "pca-explained-variance", "pca-taxonomy", "rot-abs-r",
-                    "rot-variance", "rot-bias-distribution", "rot-slope-ratio",
-                    f"ap-head-profiles-{MODEL}", "ap-decile-profiles", "ap-forest",
-                    "ap-gauss-vs-empirical")
+INTERVAL_FIGURES = (
+    "pca-pc-roles",
+    "pca-explained-variance",
+    "pca-taxonomy",
+    "rot-abs-r",
+    "rot-variance",
+    "rot-bias-distribution",
+    "rot-slope-ratio",
+    f"ap-head-profiles-{MODEL}",
+    "ap-decile-profiles",
+    "ap-forest",
+    "ap-gauss-vs-empirical",
+)
 
 
 def _query(db: Path, sql: str, params: list | None = None) -> list[tuple]:
@@ -401,22 +505,31 @@ def _records(spec: dict) -> list[dict]:
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+
     walk(spec)
     return out
 
 
 def test_captions_say_what_the_interval_is(fixture_report, report_warehouse):
-    [(level, n_boot, method)] = _query(report_warehouse,
-                                       "SELECT DISTINCT level, n_boot, method FROM model_metric_ci")
+    [(level, n_boot, method)] = _query(
+        report_warehouse, "SELECT DISTINCT level, n_boot, method FROM model_metric_ci"
+    )
     assert method == "layer_cluster_bootstrap_percentile"
-    [(note,)] = _query(report_warehouse, "SELECT DISTINCT note FROM model_metric_ci WHERE model_id = ? "
-                                         "AND ci_low IS NULL", [SYNTH])
+    [(note,)] = _query(
+        report_warehouse,
+        "SELECT DISTINCT note FROM model_metric_ci WHERE model_id = ? AND ci_low IS NULL",
+        [SYNTH],
+    )
     figs = {f.id: f for f in fixture_report.figures}
     for fid in INTERVAL_FIGURES:
         cap, text = figs[fid].caption, figs[fid].spec.read_text()
         assert f"{100 * level:.0f} % layer-cluster bootstrap percentile interval" in cap, (fid, cap)
-        assert f"B = {n_boot:,} replicates" in cap and "layers are redrawn with replacement" in cap, fid
-        assert '"ci_low"' in text and ('"errorbar"' in text or '"area"' in text or '"rect"' in text), fid
+        assert (
+            f"B = {n_boot:,} replicates" in cap and "layers are redrawn with replacement" in cap
+        ), fid
+        assert '"ci_low"' in text and (
+            '"errorbar"' in text or '"area"' in text or '"rect"' in text
+        ), fid
         # the 4-layer model has no interval: drawn hollow, and the caption says why
         if fid not in (f"ap-head-profiles-{MODEL}",):
             assert f"No interval (hollow mark) for {SYNTH_LABEL}: {note}." in cap, (fid, cap)
@@ -429,16 +542,28 @@ def test_captions_say_what_the_interval_is(fixture_report, report_warehouse):
 
 
 def test_forest_plot_order_and_intervals_come_from_the_marts(fixture_report, report_warehouse):
-    order = _query(report_warehouse, "SELECT model_id, label FROM model_summary "
-                                     "WHERE ap_drop IS NOT NULL ORDER BY ap_drop DESC")
+    order = _query(
+        report_warehouse,
+        "SELECT model_id, label FROM model_summary WHERE ap_drop IS NOT NULL ORDER BY ap_drop DESC",
+    )
     assert len(order) == 2 and order[0][1] != order[1][1]
-    spec = json.loads(next(f for f in fixture_report.figures if f.id == "ap-forest").spec.read_text())
-    sorts = [enc["y"]["sort"] for enc in _encodings(spec)
-             if isinstance(enc.get("y"), dict) and enc["y"].get("field") == "model"]
+    spec = json.loads(
+        next(f for f in fixture_report.figures if f.id == "ap-forest").spec.read_text()
+    )
+    sorts = [
+        enc["y"]["sort"]
+        for enc in _encodings(spec)
+        if isinstance(enc.get("y"), dict) and enc["y"].get("field") == "model"
+    ]
     assert sorts and all(s == [label for _, label in order] for s in sorts), sorts
-    ci = {(m, metric): (lo, hi) for m, metric, lo, hi in _query(
-        report_warehouse, "SELECT model_id, metric, ci_low, ci_high FROM model_metric_ci "
-                          "WHERE metric IN ('ap_drop', 'ap_overall')")}
+    ci = {
+        (m, metric): (lo, hi)
+        for m, metric, lo, hi in _query(
+            report_warehouse,
+            "SELECT model_id, metric, ci_low, ci_high FROM model_metric_ci "
+            "WHERE metric IN ('ap_drop', 'ap_overall')",
+        )
+    }
     drawn = [r for r in _records(spec) if "metric" in r and "ci_low" in r]
     assert len(drawn) == 4
     for r in drawn:
@@ -449,7 +574,8 @@ def test_forest_plot_order_and_intervals_come_from_the_marts(fixture_report, rep
 
 
 def test_gauss_vs_empirical_is_drawn_with_empirical_results_and_left_out_without(
-        fixture_report, report_warehouse, tmp_path):
+    fixture_report, report_warehouse, tmp_path
+):
     fig = next(f for f in fixture_report.figures if f.id == "ap-gauss-vs-empirical")
     spec = json.loads(fig.spec.read_text())
     n_buckets = _query(report_warehouse, "SELECT count(*) FROM plasticity_buckets_gap")[0][0]
@@ -474,21 +600,31 @@ def test_gauss_vs_empirical_is_drawn_with_empirical_results_and_left_out_without
 
 
 def test_models_are_told_apart_by_colour_and_named_by_label(fixture_report, report_warehouse):
-    assert _query(report_warehouse, "SELECT label, family FROM model_summary WHERE model_id = ?",
-                  [SYNTH]) == [(SYNTH_LABEL, "Synthetic")]
+    assert _query(
+        report_warehouse, "SELECT label, family FROM model_summary WHERE model_id = ?", [SYNTH]
+    ) == [(SYNTH_LABEL, "Synthetic")]
     specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
     for fid in MODEL_LEGEND:
-        colors = [enc["color"] for enc in _encodings(specs[fid])
-                  if isinstance(enc.get("color"), dict) and enc["color"].get("field") == "model"]
+        colors = [
+            enc["color"]
+            for enc in _encodings(specs[fid])
+            if isinstance(enc.get("color"), dict) and enc["color"].get("field") == "model"
+        ]
         assert colors, fid
         for c in colors:
             assert c["scale"]["domain"] == [MODEL, SYNTH_LABEL], (fid, c["scale"])
             assert len(set(c["scale"]["range"])) == 2, (fid, c["scale"])
         records = _records(specs[fid])
-        assert any(r.get("model") == SYNTH_LABEL and r.get("model_id") == SYNTH for r in records), fid
+        assert any(r.get("model") == SYNTH_LABEL and r.get("model_id") == SYNTH for r in records), (
+            fid
+        )
     for fid in MODEL_AXIS:
-        fields = [enc[ch] for enc in _encodings(specs[fid]) for ch in ("x", "y")
-                  if isinstance(enc.get(ch), dict) and enc[ch].get("field") == "model"]
+        fields = [
+            enc[ch]
+            for enc in _encodings(specs[fid])
+            for ch in ("x", "y")
+            if isinstance(enc.get(ch), dict) and enc[ch].get("field") == "model"
+        ]
         fields += [specs[fid].get("facet", {}).get("row", {})] if "facet" in specs[fid] else []
         assert any(SYNTH_LABEL in (f.get("sort") or []) for f in fields), fid
         assert SYNTH_LABEL in json.dumps(_records(specs[fid])), fid
@@ -505,8 +641,11 @@ _RELATION = re.compile(r"\b(?:FROM|JOIN)\s+(\"?)([A-Za-z_][\w.]*)\1", re.IGNOREC
 
 
 def test_the_mart_list_is_the_dbt_projects():
-    marts = {p.stem for p in (REPO / "dbt_project" / "models" / "marts").iterdir()
-             if p.suffix in (".sql", ".py")}
+    marts = {
+        p.stem
+        for p in (REPO / "dbt_project" / "models" / "marts").iterdir()
+        if p.suffix in (".sql", ".py")
+    }
     assert marts == MARTS
 
 
@@ -515,7 +654,9 @@ def test_every_report_query_reads_a_mart_or_goes_through_the_vector_reader(recor
     seen: dict[str, set[str]] = {}
     for caller, sql in log:
         path = Path(caller)
-        assert path.parent == REPORTS_DIR, f"SQL run from outside the report layer's readers: {caller}"
+        assert path.parent == REPORTS_DIR, (
+            f"SQL run from outside the report layer's readers: {caller}"
+        )
         rels = {m.group(2) for m in _RELATION.finditer(sql)}
         seen.setdefault(path.name, set()).update(rels)
         if path.name == READER:
@@ -525,7 +666,9 @@ def test_every_report_query_reads_a_mart_or_goes_through_the_vector_reader(recor
             bad = {r for r in rels if r not in MARTS and not r.startswith("information_schema.")}
             assert not bad, (sql, bad)
     # the render did read marts (intervals included) and the collages' vectors and axes
-    assert {"model_summary", "model_metric_ci", "head_metrics", "head_rotation_pairs"} <= seen["base.py"]
+    assert {"model_summary", "model_metric_ci", "head_metrics", "head_rotation_pairs"} <= seen[
+        "base.py"
+    ]
     assert {"files", "rotation_axes", "pca_axes", "read_parquet"} <= seen[READER]
 
 
@@ -536,10 +679,13 @@ def test_figure_modules_never_touch_the_connection():
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
-                assert node.attr not in ("con", "_query"), f"{path.name}:{node.lineno} uses .{node.attr}"
+                assert node.attr not in ("con", "_query"), (
+                    f"{path.name}:{node.lineno} uses .{node.attr}"
+                )
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                assert not re.search(r"\bSELECT\b.*\bFROM\b", node.value, re.S), \
+                assert not re.search(r"\bSELECT\b.*\bFROM\b", node.value, re.S), (
                     f"{path.name}:{node.lineno} holds SQL"
+                )
 
 
 def test_marts_rows_refuses_anything_but_a_mart(report_warehouse):
@@ -562,9 +708,11 @@ def test_model_colours_are_distinct_shades_of_the_family_colour():
     con = duckdb.connect()
     try:
         con.execute("CREATE TABLE model_summary (model_id VARCHAR, label VARCHAR, family VARCHAR)")
-        con.execute("INSERT INTO model_summary VALUES ('q-a', 'Qwen A', 'Qwen3'), ('q-b', 'Qwen B', 'Qwen3'), "
-                    "('q-c', 'q-c', 'Qwen3'), ('x-1', 'same', NULL), ('x-2', 'same', NULL), "
-                    "('l-1', 'Llama', 'Llama3.2')")
+        con.execute(
+            "INSERT INTO model_summary VALUES ('q-a', 'Qwen A', 'Qwen3'), ('q-b', 'Qwen B', 'Qwen3'), "
+            "('q-c', 'q-c', 'Qwen3'), ('x-1', 'same', NULL), ('x-2', 'same', NULL), "
+            "('l-1', 'Llama', 'Llama3.2')"
+        )
         marts = Marts(con, ["l-1", "q-a", "q-b", "q-c", "x-1", "x-2"])
         look = model_look(marts)
     finally:
@@ -576,7 +724,7 @@ def test_model_colours_are_distinct_shades_of_the_family_colour():
     assert colours["Llama"] == FAMILY_COLORS["Llama3.2"]  # alone in its family: the family colour
 
     def hue(c: str) -> float:
-        return colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5)))[0]
+        return colorsys.rgb_to_hls(*(int(c[i : i + 2], 16) / 255 for i in (1, 3, 5)))[0]
 
     qwen = [colours[m] for m in ("Qwen A", "Qwen B", "q-c")]
     assert all(abs(hue(c) - hue(FAMILY_COLORS["Qwen3"])) < 0.02 for c in qwen)
@@ -604,10 +752,14 @@ def test_taxonomy_thresholds_classes_and_colours_come_from_the_build(report_ware
     shutil.copy(report_warehouse, wh)
     con = duckdb.connect(str(wh))
     try:
-        con.execute("UPDATE taxonomy_classes SET taxonomy_low = 0.25, taxonomy_high = 0.8, "
-                    "label = upper(label), color = '#0000' || cast(class_order AS varchar) || '0', "
-                    "class_order = 10 - class_order")
-        want = con.execute("SELECT label, color FROM taxonomy_classes ORDER BY class_order").fetchall()
+        con.execute(
+            "UPDATE taxonomy_classes SET taxonomy_low = 0.25, taxonomy_high = 0.8, "
+            "label = upper(label), color = '#0000' || cast(class_order AS varchar) || '0', "
+            "class_order = 10 - class_order"
+        )
+        want = con.execute(
+            "SELECT label, color FROM taxonomy_classes ORDER BY class_order"
+        ).fetchall()
     finally:
         con.close()
     con = duckdb.connect(str(wh), read_only=True)
@@ -619,7 +771,9 @@ def test_taxonomy_thresholds_classes_and_colours_come_from_the_build(report_ware
         con.close()
     rules = {d["datum"] for d in _walk(scatter) if isinstance(d.get("datum"), float)}
     assert rules == {0.25, 0.8, -0.25, -0.8}
-    assert "0.25 / 0.8" in json.dumps(scatter["title"]) and "0.25 / 0.8" in json.dumps(shares["title"])
+    assert "0.25 / 0.8" in json.dumps(scatter["title"]) and "0.25 / 0.8" in json.dumps(
+        shares["title"]
+    )
     scales = [d for d in _walk(shares) if "range" in d and "domain" in d]
     assert [(lab, col) for s in scales for lab, col in zip(s["domain"], s["range"])] == want
 
@@ -667,8 +821,14 @@ def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_
     figs = ["pca-rq-rk-scatter", "rot-bias-vs-separation"]
     a = render(corpus_warehouse, out=tmp_path / "a", figures=figs, point_budget=60, strict=True)
     b = render(corpus_warehouse, out=tmp_path / "b", figures=figs, point_budget=60, strict=True)
-    two = render(corpus_warehouse, out=tmp_path / "two", figures=figs, point_budget=20, strict=True,
-                 models=["corpus-0", "corpus-3"])
+    two = render(
+        corpus_warehouse,
+        out=tmp_path / "two",
+        figures=figs,
+        point_budget=20,
+        strict=True,
+        models=["corpus-0", "corpus-3"],
+    )
     for fid in figs:
         fa, fb, ft = ({f.id: f for f in r.figures}[fid] for r in (a, b, two))
         pa = _points(json.loads(fa.spec.read_text()))
@@ -682,7 +842,9 @@ def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_
         # not simply the first heads: drawn from every layer copy
         assert len({q // 100 for _, q in pa["corpus-0"]}) > 1
     # with room for every head nothing is left out and the caption says nothing
-    full = render(corpus_warehouse, out=tmp_path / "full", figures=["pca-rq-rk-scatter"], point_budget=288)
+    full = render(
+        corpus_warehouse, out=tmp_path / "full", figures=["pca-rq-rk-scatter"], point_budget=288
+    )
     assert sum(map(len, _points(json.loads(full.figures[0].spec.read_text())).values())) == 288
     assert "Points:" not in full.figures[0].caption
 
@@ -694,8 +856,12 @@ def test_specs_carry_only_the_data_columns_they_name():
     from qkwh.reports.render import _spec
 
     rows = [{"model_id": "m", "x": 1.0, "y": 2.0, "label_unused": "a" * 50, "z": 3.0}]
-    chart = alt.Chart(table_of(rows)).mark_point().encode(
-        x="x:Q", y="y:Q", tooltip=[alt.Tooltip("model_id:N")]).transform_filter("datum.z > 0")
+    chart = (
+        alt.Chart(table_of(rows))
+        .mark_point()
+        .encode(x="x:Q", y="y:Q", tooltip=[alt.Tooltip("model_id:N")])
+        .transform_filter("datum.z > 0")
+    )
     [data] = _spec(chart)["datasets"].values()
     assert data == [{"model_id": "m", "x": 1.0, "y": 2.0, "z": 3.0}]  # z: named in an expression
     # a tooltip showing every field keeps every column

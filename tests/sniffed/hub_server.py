@@ -80,7 +80,12 @@ class ServedFile:
 
     def tree_entry(self) -> dict:
         if not self.is_lfs:
-            return {"type": "file", "path": self.path, "size": len(self.data), "oid": git_blob_sha1(self.data)}
+            return {
+                "type": "file",
+                "path": self.path,
+                "size": len(self.data),
+                "oid": git_blob_sha1(self.data),
+            }
         pointer = (
             f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {len(self.data)}\n"
         ).encode()
@@ -163,7 +168,10 @@ class HubStandIn:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="hub-stand-in", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="hub-stand-in",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -190,12 +198,16 @@ class HubStandIn:
     def cut_next(self, path: str, after: int, times: int = 1) -> None:
         """The next *times* GETs of repo file *path* stop after *after* body bytes."""
         with self._lock:
-            self._faults.setdefault(path, deque()).extend(_Fault("cut", after=after) for _ in range(times))
+            self._faults.setdefault(path, deque()).extend(
+                _Fault("cut", after=after) for _ in range(times)
+            )
 
     def fail_next(self, path: str, status: int = 503, times: int = 1) -> None:
         """The next *times* GETs of repo file *path* answer HTTP *status*."""
         with self._lock:
-            self._faults.setdefault(path, deque()).extend(_Fault("status", status=status) for _ in range(times))
+            self._faults.setdefault(path, deque()).extend(
+                _Fault("status", status=status) for _ in range(times)
+            )
 
     def put(self, branch: str, path: str, data: bytes) -> None:
         """Add or replace one file of *branch* (creating the branch); its commit changes."""
@@ -211,8 +223,11 @@ class HubStandIn:
     def bytes_sent(self, prefix: str = "") -> int:
         """Body bytes of file GETs whose repo path starts with *prefix*."""
         with self._lock:
-            return sum(r.bytes_sent for r in self.requests
-                       if r.method == "GET" and r.filename is not None and r.filename.startswith(prefix))
+            return sum(
+                r.bytes_sent
+                for r in self.requests
+                if r.method == "GET" and r.filename is not None and r.filename.startswith(prefix)
+            )
 
     def file_gets(self, path: str) -> list[RequestRecord]:
         with self._lock:
@@ -265,7 +280,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not path.startswith(prefix):
             self._error(record, 404, None, "Not Found")
             return
-        revision = path[len(prefix):]
+        revision = path[len(prefix) :]
         branch = self.hub._branch(revision)
         if branch is None:
             self._error(record, 404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -278,8 +293,14 @@ class _Handler(BaseHTTPRequestHandler):
             entry = tree.get(wanted.strip("/"))
             if entry is not None:
                 if expand:
-                    entry = {**entry, "lastCommit": {"id": branch.sha, "title": "capture",
-                                                     "date": "2025-01-01T00:00:00.000Z"}}
+                    entry = {
+                        **entry,
+                        "lastCommit": {
+                            "id": branch.sha,
+                            "title": "capture",
+                            "date": "2025-01-01T00:00:00.000Z",
+                        },
+                    }
                 found.append(entry)
         self._send(record, 200, json.dumps(found).encode(), {"Content-Type": "application/json"})
 
@@ -289,7 +310,9 @@ class _Handler(BaseHTTPRequestHandler):
         record = RequestRecord(method=self.command, path=path, range=self.headers.get("Range"))
         self.hub._record(record)
         prefix_api = f"/api/{self.hub.repo_type}s/{self.hub.repo_id}"
-        prefix_resolve = ("/datasets" if self.hub.repo_type == "dataset" else "") + f"/{self.hub.repo_id}/resolve/"
+        prefix_resolve = (
+            "/datasets" if self.hub.repo_type == "dataset" else ""
+        ) + f"/{self.hub.repo_id}/resolve/"
         try:
             if path.startswith(prefix_resolve):
                 self._resolve(record, path[len(prefix_resolve) :], head=head)
@@ -307,8 +330,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _api(self, record: RequestRecord, rest: str) -> None:
         if rest == "/refs":
-            branches = [{"name": b.name, "ref": f"refs/heads/{b.name}", "targetCommit": b.sha}
-                        for b in self.hub._branches.values()]
+            branches = [
+                {"name": b.name, "ref": f"refs/heads/{b.name}", "targetCommit": b.sha}
+                for b in self.hub._branches.values()
+            ]
             body = {"branches": branches, "converts": [], "tags": []}
             self._send(record, 200, json.dumps(body).encode(), {"Content-Type": "application/json"})
             return
@@ -398,8 +423,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         served = branch.files.get(filename or "")
         if served is None:
-            self._error(record, 404, "EntryNotFound", f"{filename} does not exist on {revision}",
-                        {"X-Repo-Commit": branch.sha})
+            self._error(
+                record,
+                404,
+                "EntryNotFound",
+                f"{filename} does not exist on {revision}",
+                {"X-Repo-Commit": branch.sha},
+            )
             return
         data = served.data
         headers = {
@@ -434,15 +464,28 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(record, status, body, headers)
 
     # ---------------------------------------------------------------- responses
-    def _error(self, record: RequestRecord, status: int, code: str | None, message: str,
-               extra: dict[str, str] | None = None) -> None:
+    def _error(
+        self,
+        record: RequestRecord,
+        status: int,
+        code: str | None,
+        message: str,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         headers = {"Content-Type": "application/json", "X-Error-Message": message, **(extra or {})}
         if code:
             headers["X-Error-Code"] = code
         self._send(record, status, json.dumps({"error": message}).encode(), headers)
 
-    def _send(self, record: RequestRecord, status: int, body: bytes, headers: dict[str, str] | None = None,
-              *, head: bool = False) -> None:
+    def _send(
+        self,
+        record: RequestRecord,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        head: bool = False,
+    ) -> None:
         record.status = status
         self.send_response(status)
         headers = dict(headers or {})
@@ -454,8 +497,9 @@ class _Handler(BaseHTTPRequestHandler):
             record.bytes_sent = len(body)
             self.wfile.write(body)
 
-    def _send_cut(self, record: RequestRecord, status: int, body: bytes, headers: dict[str, str],
-                  after: int) -> None:
+    def _send_cut(
+        self, record: RequestRecord, status: int, body: bytes, headers: dict[str, str], after: int
+    ) -> None:
         record.status = status
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))

@@ -46,7 +46,10 @@ SAMPLE_FILES = [
     "_saver_state.json",
     "README.md",
 ]
-NOT_WANTED = {".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n", "notes/extra.txt": b"not sniffed\n"}
+NOT_WANTED = {
+    ".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n",
+    "notes/extra.txt": b"not sniffed\n",
+}
 BRANCH = "smollm2-135m-longbench-pro-128k-plus"
 LARGE_BRANCH = "smollm2-135m-large"
 BIG = "l00h00q/data.parquet"  # synthetic, larger than 1.5 download chunks (see large_parquet)
@@ -87,7 +90,9 @@ def large_parquet() -> bytes:
             "bucket": pa.array(position // 512, pa.int32()),
             "example_id": pa.array(np.zeros(rows, np.int32)),
             "position": pa.array(position),
-            "vector": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(rows * d, np.float32)), d),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(rng.standard_normal(rows * d, np.float32)), d
+            ),
             "sliding_window": pa.nulls(rows, pa.int32()),
         }
     )
@@ -103,7 +108,10 @@ def hub(branch_files, large_parquet):
     branches = {
         BRANCH: {**branch_files, **NOT_WANTED},
         LARGE_BRANCH: {**branch_files, BIG: large_parquet, **NOT_WANTED},
-        "readme-only": {"README.md": b"# not a sniffed branch\n", ".gitattributes": NOT_WANTED[".gitattributes"]},
+        "readme-only": {
+            "README.md": b"# not a sniffed branch\n",
+            ".gitattributes": NOT_WANTED[".gitattributes"],
+        },
     }
     with HubStandIn(REPO, branches) as server:
         yield server
@@ -133,7 +141,9 @@ def closed_port_endpoint() -> str:
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 def one_line(error: BaseException) -> str:
@@ -150,7 +160,9 @@ def test_download_gives_exactly_the_served_sniffed_files(hub, hub_env, branch_fi
     folder = download(source)
 
     assert folder == hub_env / "datasets--viktoroo--sniffed-qk" / "snapshots" / hub.commit(BRANCH)
-    assert files_under(folder) == branch_files  # same names, same bytes; .gitattributes/notes skipped
+    assert (
+        files_under(folder) == branch_files
+    )  # same names, same bytes; .gitattributes/notes skipped
     assert not [r for r in hub.requests if r.filename in NOT_WANTED]
 
     hub.clear_log()  # a second call only asks which commit the branch is at
@@ -206,7 +218,11 @@ def test_failed_download_keeps_finished_files_and_a_rerun_fetches_the_rest(
     with pytest.raises(HubError) as failed:
         download(source)
     message = one_line(failed.value)
-    assert f"{REPO}@{LARGE_BRANCH}" in message and "503" in message and "run the same command again" in message
+    assert (
+        f"{REPO}@{LARGE_BRANCH}" in message
+        and "503" in message
+        and "run the same command again" in message
+    )
     first, resume_attempt = hub.file_gets(BIG)
     assert first.cut and resume_attempt.range and resume_attempt.status == 503
     assert not list(hub_env.rglob("*.incomplete")), "huggingface_hub 2.4.0 deletes the partial file"
@@ -222,7 +238,9 @@ def test_failed_download_keeps_finished_files_and_a_rerun_fetches_the_rest(
 
     assert {r.filename for r in hub.requests if r.method == "GET" and r.filename} == {BIG}
     (rerun,) = hub.file_gets(BIG)
-    assert (rerun.range, rerun.status, rerun.cut) == (None, 200, False), "2.4.0 restarts the file from byte 0"
+    assert (rerun.range, rerun.status, rerun.cut) == (None, 200, False), (
+        "2.4.0 restarts the file from byte 0"
+    )
     assert files_under(folder) == {**branch_files, BIG: large_parquet}
 
 
@@ -274,7 +292,10 @@ def test_offline_mode_and_nothing_cached(hub, hub_env, monkeypatch):
     with pytest.raises(HubError) as info:
         download(HubSource(REPO, BRANCH))
     message = one_line(info.value)
-    assert "HF_HUB_OFFLINE" in message and f"nothing of {REPO}@{BRANCH} is cached in {hub_env}" in message
+    assert (
+        "HF_HUB_OFFLINE" in message
+        and f"nothing of {REPO}@{BRANCH} is cached in {hub_env}" in message
+    )
     assert hub.requests == []
 
 
@@ -282,7 +303,9 @@ def test_unknown_branch(hub, hub_env):
     with pytest.raises(HubNotFoundError) as info:
         download(HubSource(REPO, "no-such-model-longbench-pro-128k-plus"))
     message = one_line(info.value)
-    assert message.startswith(f"no branch no-such-model-longbench-pro-128k-plus in dataset {REPO}"), message
+    assert message.startswith(
+        f"no branch no-such-model-longbench-pro-128k-plus in dataset {REPO}"
+    ), message
     assert isinstance(info.value, NotFoundError) and info.value.exit_code == NotFoundError.exit_code
 
 
@@ -296,7 +319,10 @@ def test_branch_without_sniffed_files(hub, hub_env):
     with pytest.raises(HubNotFoundError) as info:
         download(HubSource(REPO, "readme-only"))
     message = one_line(info.value)
-    assert "branch readme-only of dataset viktoroo/sniffed-qk has no l??h??{q|k}/data.parquet" in message
+    assert (
+        "branch readme-only of dataset viktoroo/sniffed-qk has no l??h??{q|k}/data.parquet"
+        in message
+    )
     assert "README.md" in message
 
 
@@ -335,7 +361,14 @@ def test_parse_hub_source(text, repo_id, revision, model_id):
 
 
 @pytest.mark.parametrize(
-    "text", ["warehouse/sample/smollm2-135m", "/data/sniffed", "./hf:", "", "https://huggingface.co/datasets/a/b"]
+    "text",
+    [
+        "warehouse/sample/smollm2-135m",
+        "/data/sniffed",
+        "./hf:",
+        "",
+        "https://huggingface.co/datasets/a/b",
+    ],
 )
 def test_parse_hub_source_ignores_local_paths(text):
     assert parse_hub_source(text) is None

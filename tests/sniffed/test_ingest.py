@@ -60,15 +60,24 @@ def test_catalog_counts_equal_files_and_rows_on_disk(db: Path):
     rows_on_disk = {f.parent.name: pq.ParquetFile(f).metadata.num_rows for f in files}
     got = dict(con.execute("SELECT config_name, rows FROM files").fetchall())
     assert got == rows_on_disk
-    assert con.execute("SELECT n_files, n_rows FROM models").fetchone() == (len(files), sum(rows_on_disk.values()))
+    assert con.execute("SELECT n_files, n_rows FROM models").fetchone() == (
+        len(files),
+        sum(rows_on_disk.values()),
+    )
     # the vectors view reads the parquet in place: same rows, FLOAT[64] vectors
     assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == sum(rows_on_disk.values())
-    types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
-                             "WHERE table_name = 'vectors'").fetchall())
+    types = dict(
+        con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'vectors'"
+        ).fetchall()
+    )
     assert types["vector"] == "FLOAT[64]"
     # vectors equal the parquet values bit for bit
-    q = con.sql("SELECT vector FROM vectors WHERE layer = 0 AND head = 3 AND kind = 'q' "
-                "ORDER BY example_id, position").to_arrow_table()
+    q = con.sql(
+        "SELECT vector FROM vectors WHERE layer = 0 AND head = 3 AND kind = 'q' "
+        "ORDER BY example_id, position"
+    ).to_arrow_table()
     ours = np.asarray(q.column(0).combine_chunks().values).reshape(-1, 64)
     theirs = _read(SAMPLE / "l00h03q" / "data.parquet").column("vector").combine_chunks().values
     np.testing.assert_array_equal(ours, np.asarray(theirs).reshape(-1, 64))
@@ -76,11 +85,15 @@ def test_catalog_counts_equal_files_and_rows_on_disk(db: Path):
 
 def test_heads_follow_the_gqa_rule(db: Path):
     con = store.connect(db, read_only=True)
-    rows = con.execute("SELECT layer, q_head, k_head, has_k_file FROM heads ORDER BY 1, 2").fetchall()
+    rows = con.execute(
+        "SELECT layer, q_head, k_head, has_k_file FROM heads ORDER BY 1, 2"
+    ).fetchall()
     assert len(rows) == 12
     assert all(k == q // 3 and has for _, q, k, has in rows)
-    facts = con.execute("SELECT num_q_heads, num_kv_heads, gqa_ratio, head_dim, context_length, "
-                        "context_length_rule, bucket_size FROM models").fetchone()
+    facts = con.execute(
+        "SELECT num_q_heads, num_kv_heads, gqa_ratio, head_dim, context_length, "
+        "context_length_rule, bucket_size FROM models"
+    ).fetchone()
     assert facts == (9, 3, 3, 64, 8192, "registry", 512)
 
 
@@ -99,7 +112,9 @@ def test_changed_source_replaces_the_models_catalog(tmp_path: Path, sample_copy:
     assert r.exit_code == 0 and "replaced" in r.output
     con = store.connect(db, read_only=True)
     assert con.execute("SELECT count(*) FROM heads").fetchone()[0] == 11
-    assert con.execute("SELECT count(*) FROM files WHERE config_name = 'l29h04q'").fetchone()[0] == 0
+    assert (
+        con.execute("SELECT count(*) FROM files WHERE config_name = 'l29h04q'").fetchone()[0] == 0
+    )
     assert con.execute("SELECT count(*) FROM models").fetchone()[0] == 1
 
 
@@ -123,7 +138,9 @@ def test_failure_inside_the_transaction_rolls_back(tmp_path: Path, sample_copy: 
 
 def test_remove_deletes_the_model_and_everything_derived(db: Path):
     con = store.connect(db)
-    con.execute("INSERT INTO pca_heads (model_id, layer, q_head, k_head, config_id) VALUES ('smollm2-135m', 0, 3, 1, 'x')")
+    con.execute(
+        "INSERT INTO pca_heads (model_id, layer, q_head, k_head, config_id) VALUES ('smollm2-135m', 0, 3, 1, 'x')"
+    )
     con.close()
     r = cli("remove", "smollm2-135m", "--yes", "-w", str(db))
     assert r.exit_code == 0, r.output
@@ -159,7 +176,9 @@ def test_full_shared_fixture_ingests(tmp_path: Path, shared_fixture: Path):
     files = sorted(shared_fixture.glob("l*h*[qk]/data.parquet"))
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     assert con.execute("SELECT count(*), sum(rows) FROM files").fetchone() == (len(files), total)
-    assert con.execute("SELECT count(*) FROM heads").fetchone()[0] == sum(1 for f in files if f.parent.name.endswith("q"))
+    assert con.execute("SELECT count(*) FROM heads").fetchone()[0] == sum(
+        1 for f in files if f.parent.name.endswith("q")
+    )
     assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == total
     assert total == 100854  # the fixture card's captured_rows
 
@@ -209,7 +228,11 @@ def test_truncated_parquet(db: Path, sample_copy: Path):
 def test_wrong_column_type(db: Path, sample_copy: Path):
     f = sample_copy / "l02h00q" / "data.parquet"
     t = _read(f)
-    t = t.set_column(t.schema.get_field_index("position"), "position", pa.array(map(str, t.column("position").to_pylist())))
+    t = t.set_column(
+        t.schema.get_field_index("position"),
+        "position",
+        pa.array(map(str, t.column("position").to_pylist())),
+    )
     _rewrite(f, t)
     line = _bad(db, sample_copy)
     assert "l02h00q/data.parquet" in line and "column position has type string" in line
@@ -220,7 +243,9 @@ def test_vector_length_differs_across_rows(db: Path, sample_copy: Path):
     t = _read(f)
     vecs = t.column("vector").to_pylist()
     vecs[5] = vecs[5][:63]
-    t = t.set_column(t.schema.get_field_index("vector"), "vector", pa.array(vecs, type=pa.list_(pa.float32())))
+    t = t.set_column(
+        t.schema.get_field_index("vector"), "vector", pa.array(vecs, type=pa.list_(pa.float32()))
+    )
     _rewrite(f, t)
     line = _bad(db, sample_copy)
     assert "l02h02q/data.parquet" in line and "vector length differs across rows" in line
@@ -233,7 +258,9 @@ def test_vector_length_differs_between_q_and_k(db: Path, sample_copy: Path):
     arr = pa.FixedSizeListArray.from_arrays(pa.array(vals.ravel()), 32)
     _rewrite(f, t.set_column(t.schema.get_field_index("vector"), "vector", arr))
     line = _bad(db, sample_copy)
-    assert "l00h03q/data.parquet" in line and "l00h01k" in line and "differs from its k file" in line
+    assert (
+        "l00h03q/data.parquet" in line and "l00h01k" in line and "differs from its k file" in line
+    )
 
 
 @pytest.mark.parametrize("bad_value", [np.nan, np.inf])
@@ -253,7 +280,9 @@ def test_bucket_ids_inconsistent_with_positions(db: Path, sample_copy: Path):
     t = _read(f)
     b = t.column("bucket").to_numpy().copy()
     b[10] += 1
-    _rewrite(f, t.set_column(t.schema.get_field_index("bucket"), "bucket", pa.array(b.astype(np.int32))))
+    _rewrite(
+        f, t.set_column(t.schema.get_field_index("bucket"), "bucket", pa.array(b.astype(np.int32)))
+    )
     line = _bad(db, sample_copy)
     assert "l20h00q/data.parquet" in line and "bucket ids inconsistent" in line
 
@@ -262,9 +291,13 @@ def test_positions_beyond_the_context_length_are_refused(db: Path, sample_copy: 
     """Rows at or past L_ctx cannot be placed (their bucket_frac would exceed 1 and fail every
     model's marts at `qkwh build`): ingest refuses the folder and writes nothing."""
     state = sample_copy / "_saver_state.json"
-    state.write_text(state.read_text().replace('"tokenizer_max_length": 8192', '"tokenizer_max_length": 4096'))
-    max_pos = max(int(pq.read_table(f, columns=["position"]).column("position").to_numpy().max())
-                  for f in sample_copy.glob("l*/data.parquet"))
+    state.write_text(
+        state.read_text().replace('"tokenizer_max_length": 8192', '"tokenizer_max_length": 4096')
+    )
+    max_pos = max(
+        int(pq.read_table(f, columns=["position"]).column("position").to_numpy().max())
+        for f in sample_copy.glob("l*/data.parquet")
+    )
     assert max_pos >= 4096
     line = _bad(db, sample_copy, "--model-id", "short-context")
     assert "data.parquet" in line and "position >= the context length 4096" in line
@@ -272,7 +305,9 @@ def test_positions_beyond_the_context_length_are_refused(db: Path, sample_copy: 
 
 
 def _set_vectors(t: pa.Table, vals: np.ndarray) -> pa.Table:
-    arr = pa.FixedSizeListArray.from_arrays(pa.array(vals.astype(np.float32).ravel()), vals.shape[1])
+    arr = pa.FixedSizeListArray.from_arrays(
+        pa.array(vals.astype(np.float32).ravel()), vals.shape[1]
+    )
     return t.set_column(t.schema.get_field_index("vector"), "vector", arr)
 
 
@@ -288,7 +323,9 @@ def test_duplicate_example_and_position_rows_are_refused(db: Path, sample_copy: 
     for c in cols.values():
         c[7] = c[3]  # row 7 takes row 3's key (and its bucket, so that only the key is wrong)
     for name, c in cols.items():
-        t = t.set_column(t.schema.get_field_index(name), name, pa.array(c, t.schema.field(name).type))
+        t = t.set_column(
+            t.schema.get_field_index(name), name, pa.array(c, t.schema.field(name).type)
+        )
     assert not np.array_equal(_vectors(t)[7], _vectors(t)[3])
     _rewrite(f, t)
     line = _bad(db, sample_copy)
@@ -316,7 +353,9 @@ def test_a_few_zero_vectors_are_a_stored_warning(tmp_path: Path, sample_copy: Pa
     r = cli("ingest", str(sample_copy), "-w", str(db))
     assert r.exit_code == 0, r.output
     con = store.connect(db, read_only=True)
-    rows = con.execute("SELECT severity, file, detail FROM ingest_findings WHERE \"check\" = 'zero_vectors'").fetchall()
+    rows = con.execute(
+        "SELECT severity, file, detail FROM ingest_findings WHERE \"check\" = 'zero_vectors'"
+    ).fetchall()
     assert rows == [("warning", str(f), f"3 of {t.num_rows} row(s) have an all-zero vector")]
 
 
@@ -324,8 +363,11 @@ def test_unknown_model_without_model_id(db: Path, sample_copy: Path):
     renamed = sample_copy.parent / "some-capture"
     sample_copy.rename(renamed)
     state = renamed / "_saver_state.json"
-    state.write_text(state.read_text().replace("HuggingFaceTB/SmolLM2-135M-Instruct", "acme/unknown-7b")
-                     .replace("smollm2-135m-instruct-q4_1-fixture", "acme-branch"))
+    state.write_text(
+        state.read_text()
+        .replace("HuggingFaceTB/SmolLM2-135M-Instruct", "acme/unknown-7b")
+        .replace("smollm2-135m-instruct-q4_1-fixture", "acme-branch")
+    )
     (renamed / "README.md").unlink()
     line = _bad(db, renamed)
     assert "some-capture" in line and "unknown model" in line and "--model-id" in line
@@ -333,8 +375,10 @@ def test_unknown_model_without_model_id(db: Path, sample_copy: Path):
     r = cli("ingest", str(renamed), "--model-id", "acme-7b", "-w", str(db))
     assert r.exit_code == 0, r.output
     con = store.connect(db, read_only=True)
-    row = con.execute("SELECT in_registry, context_length, context_length_rule, bucket_size FROM models "
-                      "WHERE model_id = 'acme-7b'").fetchone()
+    row = con.execute(
+        "SELECT in_registry, context_length, context_length_rule, bucket_size FROM models "
+        "WHERE model_id = 'acme-7b'"
+    ).fetchone()
     assert row == (False, 8192, "metadata", 512)
 
 
@@ -345,8 +389,12 @@ def test_q_file_whose_k_file_is_missing_is_a_stored_finding(tmp_path: Path, samp
     assert r.exit_code == 0, r.output
     assert "missing_k_file" in r.output and "l23h02k" in r.output
     con = store.connect(db, read_only=True)
-    assert con.execute("SELECT has_k_file, n_k FROM heads WHERE layer = 23 AND q_head = 8").fetchone() == (False, None)
-    f = con.execute("SELECT severity, file, detail FROM ingest_findings WHERE \"check\" = 'missing_k_file'").fetchall()
+    assert con.execute(
+        "SELECT has_k_file, n_k FROM heads WHERE layer = 23 AND q_head = 8"
+    ).fetchone() == (False, None)
+    f = con.execute(
+        "SELECT severity, file, detail FROM ingest_findings WHERE \"check\" = 'missing_k_file'"
+    ).fetchall()
     assert len(f) == 1 and f[0][0] == "warning" and f[0][1].endswith("l23h08q/data.parquet")
 
 
@@ -359,8 +407,12 @@ def test_hub_unreachable_with_nothing_cached(db: Path, tmp_path: Path, monkeypat
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "2")
     monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "2")
-    line = _bad(db, "hf://datasets/viktoroo/sniffed-qk@qwen3-4b-longbench-pro-128k-plus",
-                "--cache-dir", str(tmp_path / "hf-cache"))
+    line = _bad(
+        db,
+        "hf://datasets/viktoroo/sniffed-qk@qwen3-4b-longbench-pro-128k-plus",
+        "--cache-dir",
+        str(tmp_path / "hf-cache"),
+    )
     assert "viktoroo/sniffed-qk" in line and "qwen3-4b-longbench-pro-128k-plus" in line
     assert "cached" in line
 
@@ -370,17 +422,26 @@ def test_second_process_holding_the_warehouse(db: Path, tmp_path: Path, monkeypa
     monkeypatch.setenv("QKWH_LOCK_TIMEOUT", "0.5")  # the holder never lets go: no use waiting 10 s
     ready = tmp_path / "ready"
     # the holder keeps the warehouse open until its stdin closes (killed below)
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import duckdb, pathlib, sys
         con = duckdb.connect({str(db)!r})
         pathlib.Path({str(ready)!r}).write_text("x")
         sys.stdin.read()
-    """)], stdin=subprocess.PIPE)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 300  # generous: the holder only has to import duckdb
         while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ready.exists(), f"holder process did not open the warehouse (exit code {holder.poll()})"
+        assert ready.exists(), (
+            f"holder process did not open the warehouse (exit code {holder.poll()})"
+        )
         r = cli("ingest", str(SAMPLE), "-w", str(db))
         assert r.exit_code == 3, r.output
         assert "locked by another process" in r.stderr and str(db) in r.stderr
@@ -408,14 +469,23 @@ def test_sliding_window_values_are_cataloged(tmp_path: Path, sample_copy: Path):
     t = _read(f2)
     mixed = np.full(t.num_rows, 4096, dtype=np.int32)
     mixed[:5] = 2048
-    _rewrite(f2, t.set_column(t.schema.get_field_index("sliding_window"), "sliding_window", pa.array(mixed)))
+    _rewrite(
+        f2,
+        t.set_column(t.schema.get_field_index("sliding_window"), "sliding_window", pa.array(mixed)),
+    )
     db = tmp_path / "wh.duckdb"
     r = cli("ingest", str(sample_copy), "-w", str(db))
     assert r.exit_code == 0, r.output + r.stderr
     con = store.connect(db, read_only=True)
-    assert con.execute("SELECT sliding_window FROM files WHERE config_name = 'l01h06q'").fetchone() == (4096,)
-    assert con.execute("SELECT count(*) FROM files WHERE sliding_window IS NULL").fetchone()[0] == 20
-    warn = con.execute("SELECT detail FROM ingest_findings WHERE \"check\" = 'sliding_window' AND severity = 'warning'").fetchall()
+    assert con.execute(
+        "SELECT sliding_window FROM files WHERE config_name = 'l01h06q'"
+    ).fetchone() == (4096,)
+    assert (
+        con.execute("SELECT count(*) FROM files WHERE sliding_window IS NULL").fetchone()[0] == 20
+    )
+    warn = con.execute(
+        "SELECT detail FROM ingest_findings WHERE \"check\" = 'sliding_window' AND severity = 'warning'"
+    ).fetchall()
     assert len(warn) == 1 and "2 distinct sliding_window values" in warn[0][0]
     assert con.execute("SELECT count(*) FROM vectors WHERE sliding_window = 4096").fetchone()[0] > 0
 
@@ -423,8 +493,12 @@ def test_sliding_window_values_are_cataloged(tmp_path: Path, sample_copy: Path):
 def test_remove_keeps_reference_seed_tables(db: Path):
     """dbt seeds (e.g. model_registry) describe models whether or not they are ingested."""
     con = store.connect(db)
-    con.execute("CREATE TABLE model_registry AS SELECT 'smollm2-135m' AS model_id, 'SmolLM2' AS family")
-    con.execute("CREATE TABLE model_summary AS SELECT 'smollm2-135m' AS model_id, 12 AS n_heads")  # a mart
+    con.execute(
+        "CREATE TABLE model_registry AS SELECT 'smollm2-135m' AS model_id, 'SmolLM2' AS family"
+    )
+    con.execute(
+        "CREATE TABLE model_summary AS SELECT 'smollm2-135m' AS model_id, 12 AS n_heads"
+    )  # a mart
     con.close()
     assert cli("remove", "smollm2-135m", "--yes", "-w", str(db)).exit_code == 0
     con = store.connect(db, read_only=True)

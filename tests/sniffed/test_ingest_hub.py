@@ -18,7 +18,9 @@ runner = CliRunner()
 
 @pytest.fixture
 def served() -> dict[str, bytes]:
-    files = {p.relative_to(SAMPLE).as_posix(): p.read_bytes() for p in SAMPLE.rglob("*") if p.is_file()}
+    files = {
+        p.relative_to(SAMPLE).as_posix(): p.read_bytes() for p in SAMPLE.rglob("*") if p.is_file()
+    }
     files.pop("README.md")  # the sample's card describes the folder, not needed here
     return files
 
@@ -31,11 +33,18 @@ def test_ingest_a_hub_branch_then_again_offline_from_the_cache(served, hf_env, m
         assert r.exit_code == 0, r.output + r.stderr
         assert "smollm2-135m: ingested; 22 files" in r.output
     con = store.connect(db, read_only=True)
-    row = con.execute("SELECT model_id, source_kind, repo_id, revision, n_files FROM models").fetchone()
+    row = con.execute(
+        "SELECT model_id, source_kind, repo_id, revision, n_files FROM models"
+    ).fetchone()
     assert row == ("smollm2-135m", "hub", REPO, BRANCH, 22)
     # the vectors view reads the files in the Hugging Face cache
-    assert con.execute("SELECT count(*) FROM vectors").fetchone()[0] == con.execute("SELECT sum(rows) FROM files").fetchone()[0]
-    assert all(str(hf_env / "hf-cache") in p for (p,) in con.execute("SELECT path FROM files").fetchall())
+    assert (
+        con.execute("SELECT count(*) FROM vectors").fetchone()[0]
+        == con.execute("SELECT sum(rows) FROM files").fetchone()[0]
+    )
+    assert all(
+        str(hf_env / "hf-cache") in p for (p,) in con.execute("SELECT path FROM files").fetchall()
+    )
     con.close()
     # the server is gone: the cached branch still ingests (nothing changed)
     before = snapshot(db)

@@ -43,7 +43,13 @@ BAD_IDS = {
     "empty": "",
     "too long": "m" * (MAX_LENGTH + 1),
 }
-GOOD_IDS = ["qwen3-4b", "Qwen3_4B.v1", "smollm3-3b-lc-32k-to-64k-step-20000", "7b", "m" * MAX_LENGTH]
+GOOD_IDS = [
+    "qwen3-4b",
+    "Qwen3_4B.v1",
+    "smollm3-3b-lc-32k-to-64k-step-20000",
+    "7b",
+    "m" * MAX_LENGTH,
+]
 
 
 @pytest.mark.parametrize("model_id", GOOD_IDS)
@@ -59,7 +65,9 @@ def test_bad_ids_are_named_in_one_line(model_id: str):
     with pytest.raises(InputError) as exc:
         check_model_id(model_id, origin="--model-id")
     msg = str(exc.value)
-    assert exc.value.exit_code == 2 and "\n" not in msg and msg.startswith(f"--model-id {model_id!r}")
+    assert (
+        exc.value.exit_code == 2 and "\n" not in msg and msg.startswith(f"--model-id {model_id!r}")
+    )
 
 
 def test_every_registry_id_is_valid():
@@ -105,7 +113,9 @@ def test_valid_explicit_id_is_stored(db: Path):
     con = duckdb.connect(str(db), read_only=True)
     try:
         ids = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        n = con.execute("SELECT count(*) FROM vectors WHERE model_id = 'SmolLM2_135M.copy-1'").fetchone()[0]
+        n = con.execute(
+            "SELECT count(*) FROM vectors WHERE model_id = 'SmolLM2_135M.copy-1'"
+        ).fetchone()[0]
     finally:
         con.close()
     assert ids == ["SmolLM2_135M.copy-1", "smollm2-135m"]
@@ -140,7 +150,12 @@ def test_id_differing_only_in_case_is_refused_and_writes_nothing(db: Path):
 
 def test_view_names_never_collide_ignoring_case():
     names = store.vectors_view_names(["m1", "M1", "m2", "a-B"])
-    assert names == {"M1": "vectors_M1#1", "m1": "vectors_m1#2", "m2": "vectors_m2", "a-B": "vectors_a-B"}
+    assert names == {
+        "M1": "vectors_M1#1",
+        "m1": "vectors_m1#2",
+        "m2": "vectors_m2",
+        "a-B": "vectors_a-B",
+    }
     assert len({n.lower() for n in names.values()}) == len(names)
 
 
@@ -149,7 +164,9 @@ def _count_by_model(con, sql: str) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "writable"])
-def test_older_warehouse_with_ids_differing_in_case_keeps_their_rows_apart(db: Path, read_only: bool):
+def test_older_warehouse_with_ids_differing_in_case_keeps_their_rows_apart(
+    db: Path, read_only: bool
+):
     """A warehouse written before the refusal may hold `M1` beside `m1`: their vectors views and
     head_inputs must not mix rows (they used to share one view: doubled rows as `m1`, none as `M1`)."""
     import duckdb
@@ -167,14 +184,19 @@ def test_older_warehouse_with_ids_differing_in_case_keeps_their_rows_apart(db: P
         per_head = {}
         for mid in ("smollm2-135m", "SmolLM2-135M"):
             per_head[mid] = _count_by_model(
-                con, f"SELECT model_id, count(*), sum(len(q)), sum(len(k)) FROM head_inputs('{mid}') GROUP BY ALL")
+                con,
+                f"SELECT model_id, count(*), sum(len(q)), sum(len(k)) FROM head_inputs('{mid}') GROUP BY ALL",
+            )
             assert set(per_head[mid]) == {mid}
         assert per_head["smollm2-135m"]["smollm2-135m"] == per_head["SmolLM2-135M"]["SmolLM2-135M"]
-        heads = con.execute("SELECT count(*), sum(n_q), sum(n_k) FROM heads "
-                            "WHERE model_id = 'smollm2-135m' AND has_k_file").fetchone()
+        heads = con.execute(
+            "SELECT count(*), sum(n_q), sum(n_k) FROM heads "
+            "WHERE model_id = 'smollm2-135m' AND has_k_file"
+        ).fetchone()
         assert per_head["smollm2-135m"]["smollm2-135m"] == heads
         for view in store.vectors_view_names(["smollm2-135m", "SmolLM2-135M"]).values():
-            assert con.execute(f"SELECT count(DISTINCT model_id), count(*) FROM {store.quote_ident(view)}"
-                               ).fetchone() == (1, n)
+            assert con.execute(
+                f"SELECT count(DISTINCT model_id), count(*) FROM {store.quote_ident(view)}"
+            ).fetchone() == (1, n)
     finally:
         con.close()

@@ -29,14 +29,28 @@ runner = CliRunner()
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth") / "syn"
-    write_dataset(root, n_layers=2, n_q_heads=4, n_kv_heads=2, d=64, rows_per_file=3000, n_examples=8,
-                  context_length=4096, bucket_size=512, seed=3)
+    write_dataset(
+        root,
+        n_layers=2,
+        n_q_heads=4,
+        n_kv_heads=2,
+        d=64,
+        rows_per_file=3000,
+        n_examples=8,
+        context_length=4096,
+        bucket_size=512,
+        seed=3,
+    )
     return root
 
 
@@ -60,7 +74,9 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, hf_env, monkeypatch):
+def test_remote_catalog_equals_the_download_and_computes_the_same_tables(
+    synth, hf_env, monkeypatch
+):
     served = _files(synth)
     remote_db, local_db = hf_env / "remote.duckdb", hf_env / "downloaded.duckdb"
     hub = _serve(monkeypatch, {BRANCH: served}, page_size=7)  # the listing takes several pages
@@ -69,25 +85,37 @@ def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, 
         assert "syn: ingested; 12 files, 36,000 rows, 8 heads (8 with a k file)" in r.output
         _ok(["ingest", SOURCE, "--model-id", "syn", "-w", str(local_db)])  # downloaded
 
-        files_sql = ("SELECT config_name, \"rows\", d, bytes, fingerprint, n_examples, min_position, max_position, "
-                     "max_bucket, has_pos0, sliding_window, vector_type FROM files")
+        files_sql = (
+            'SELECT config_name, "rows", d, bytes, fingerprint, n_examples, min_position, max_position, '
+            "max_bucket, has_pos0, sliding_window, vector_type FROM files"
+        )
         assert _rows(remote_db, files_sql) == _rows(local_db, files_sql)
         assert _rows(remote_db, "SELECT * FROM heads") == _rows(local_db, "SELECT * FROM heads")
         facts = "SELECT * EXCLUDE (source, source_kind, root_path, source_fingerprint, ingested_at) FROM models"
         assert _rows(remote_db, facts) == _rows(local_db, facts)
         assert _rows(remote_db, "SELECT source_kind, root_path FROM models") == [
-            ("hub_remote", f"hf://datasets/{REPO}@{hub.commit(BRANCH)}")]
+            ("hub_remote", f"hf://datasets/{REPO}@{hub.commit(BRANCH)}")
+        ]
         paths = [p for (p,) in _rows(remote_db, "SELECT path FROM files")]
-        assert paths[0] == f"{URI_ROOT}/l00h00k/data.parquet" and all(p.startswith(URI_ROOT + "/") for p in paths)
-        checks = "SELECT severity, \"check\" FROM ingest_findings WHERE \"check\" <> 'remote'"
+        assert paths[0] == f"{URI_ROOT}/l00h00k/data.parquet" and all(
+            p.startswith(URI_ROOT + "/") for p in paths
+        )
+        checks = 'SELECT severity, "check" FROM ingest_findings WHERE "check" <> \'remote\''
         assert _rows(remote_db, checks) == _rows(local_db, checks)
-        assert _rows(remote_db, "SELECT detail FROM ingest_findings WHERE \"check\" = 'remote'") == [
-            ("read in place on the Hub: footers and integer columns only; NaN, all-zero and identical vectors "
-             "are not checked at ingest",)]
+        assert _rows(
+            remote_db, "SELECT detail FROM ingest_findings WHERE \"check\" = 'remote'"
+        ) == [
+            (
+                "read in place on the Hub: footers and integer columns only; NaN, all-zero and identical vectors "
+                "are not checked at ingest",
+            )
+        ]
 
         # the vectors view reads the hf:// files through the registered fsspec file system
-        per_file = ("SELECT layer, head, kind, count(*), sum(position), sum(example_id), "
-                    "round(sum(list_sum(vector)), 3) FROM vectors GROUP BY ALL")
+        per_file = (
+            "SELECT layer, head, kind, count(*), sum(position), sum(example_id), "
+            "round(sum(list_sum(vector)), 3) FROM vectors GROUP BY ALL"
+        )
         assert _rows(remote_db, per_file) == _rows(local_db, per_file)
         assert len(_rows(remote_db, per_file)) == 12
 
@@ -97,7 +125,9 @@ def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, 
         fetched = {r.filename for r in hub.requests if r.method == "GET" and r.filename}
         assert fetched == {k for k in served if k.endswith(".parquet")}
         _ok(["compute", "-w", str(local_db), "-j", "1"])
-        assert results(remote_db) == results(local_db)  # same rows, same config ids, same input fingerprints
+        assert results(remote_db) == results(
+            local_db
+        )  # same rows, same config ids, same input fingerprints
 
         # the same branch again: nothing changes
         before = snapshot(remote_db)
@@ -108,7 +138,9 @@ def test_remote_catalog_equals_the_download_and_computes_the_same_tables(synth, 
         hub.stop()
 
 
-def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(synth, hf_env, monkeypatch):
+def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(
+    synth, hf_env, monkeypatch
+):
     from qkwh.sniffed.hub import parse_hub_source
     from qkwh.sniffed.layout import scan
     from qkwh.sniffed.remote import open_branch
@@ -135,8 +167,19 @@ def test_reading_a_branch_in_place_reads_footers_and_integer_columns_only(synth,
     local = {s.file.config_name: s for s in scan_files(scan(synth))}
     for s in stats:
         mine, theirs = s, local[s.file.config_name]
-        for name in ("rows", "d", "bytes", "fingerprint", "n_examples", "min_position", "max_position",
-                     "max_bucket", "has_pos0", "sliding_window_values", "vector_type"):
+        for name in (
+            "rows",
+            "d",
+            "bytes",
+            "fingerprint",
+            "n_examples",
+            "min_position",
+            "max_position",
+            "max_bucket",
+            "has_pos0",
+            "sliding_window_values",
+            "vector_type",
+        ):
             assert getattr(mine, name) == getattr(theirs, name), name
         assert (mine.position == theirs.position).all() and (mine.bucket == theirs.bucket).all()
 
@@ -146,7 +189,9 @@ def _error_line(r) -> str:
     return lines[-1]
 
 
-def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(synth, hf_env, monkeypatch):
+def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(
+    synth, hf_env, monkeypatch
+):
     victim = "l01h02q/data.parquet"
     local = hf_env / "syn"
     shutil.copytree(synth, local)
@@ -159,17 +204,23 @@ def test_truncated_remote_file_fails_like_a_local_one_and_writes_nothing(synth, 
     assert r_local.exit_code == 2
     hub = _serve(monkeypatch, {BRANCH: _files(local)})
     try:
-        r_remote = runner.invoke(app, ["ingest", SOURCE, "--remote", "--model-id", "syn", "-w", str(db)])
+        r_remote = runner.invoke(
+            app, ["ingest", SOURCE, "--remote", "--model-id", "syn", "-w", str(db)]
+        )
     finally:
         hub.stop()
     assert r_remote.exit_code == 2, r_remote.output + r_remote.stderr
     local_line = _error_line(r_local)
     assert f"{(local / victim).resolve()}: not a readable parquet file" in local_line
-    assert _error_line(r_remote) == local_line.replace(str((local / victim).resolve()), f"{URI_ROOT}/{victim}")
+    assert _error_line(r_remote) == local_line.replace(
+        str((local / victim).resolve()), f"{URI_ROOT}/{victim}"
+    )
     assert snapshot(db) == before
 
 
-def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(synth, hf_env, monkeypatch):
+def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(
+    synth, hf_env, monkeypatch
+):
     victim = "l01h03q/data.parquet"
     local = hf_env / "syn"
     shutil.copytree(synth, local)
@@ -187,7 +238,9 @@ def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(synt
     assert r_local.exit_code == r_remote.exit_code == 1
     failed_local = [line for line in r_local.stderr.splitlines() if line.startswith("failed")]
     failed_remote = [line for line in r_remote.stderr.splitlines() if line.startswith("failed")]
-    assert failed_local == [f"failed syn L1H3: InputError: {(local / victim).resolve()}: no such file"]
+    assert failed_local == [
+        f"failed syn L1H3: InputError: {(local / victim).resolve()}: no such file"
+    ]
     assert failed_remote == [f"failed syn L1H3: InputError: {URI_ROOT}/{victim}: no such file"]
     # the other heads were written
     assert _rows(remote_db, "SELECT count(*) FROM pca_heads") == [(7,)]
@@ -196,44 +249,94 @@ def test_file_gone_from_the_branch_fails_its_head_like_a_missing_local_file(synt
 def _registry_branch(tmp: Path, seed: int) -> dict[str, bytes]:
     """A small synthetic capture shaped like the registry's SmolLM3 checkpoints (16/4 heads, d=128)."""
     root = tmp / f"smollm3-{seed}"
-    write_dataset(root, n_layers=1, n_q_heads=16, n_kv_heads=4, d=128, rows_per_file=200, n_examples=4,
-                  context_length=4096, bucket_size=256, seed=seed)
+    write_dataset(
+        root,
+        n_layers=1,
+        n_q_heads=16,
+        n_kv_heads=4,
+        d=128,
+        rows_per_file=200,
+        n_examples=4,
+        context_length=4096,
+        bucket_size=256,
+        seed=seed,
+    )
     return _files(root)
 
 
 def test_all_branches_in_one_command_skipping_unchanged_ones(hf_env, monkeypatch):
-    early, late = ("smollm3-3b-stage1-step-40000-longbench-pro-128k-plus",
-                   "smollm3-3b-stage1-step-1200000-longbench-pro-128k-plus")
-    unknown = _files(Path(write_dataset(hf_env / "unknown", n_layers=1, n_q_heads=2, n_kv_heads=1, d=16,
-                                        rows_per_file=100, seed=5)))
-    branches = {early: _registry_branch(hf_env, 1), late: _registry_branch(hf_env, 2),
-                "feature/unknown-model": unknown, "readme-only": {"README.md": b"# notes\n"}}
+    early, late = (
+        "smollm3-3b-stage1-step-40000-longbench-pro-128k-plus",
+        "smollm3-3b-stage1-step-1200000-longbench-pro-128k-plus",
+    )
+    unknown = _files(
+        Path(
+            write_dataset(
+                hf_env / "unknown",
+                n_layers=1,
+                n_q_heads=2,
+                n_kv_heads=1,
+                d=16,
+                rows_per_file=100,
+                seed=5,
+            )
+        )
+    )
+    branches = {
+        early: _registry_branch(hf_env, 1),
+        late: _registry_branch(hf_env, 2),
+        "feature/unknown-model": unknown,
+        "readme-only": {"README.md": b"# notes\n"},
+    }
     db = hf_env / "wh.duckdb"
     hub = _serve(monkeypatch, branches)
     try:
-        r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}", "--all-branches", "--remote", "-w", str(db)])
+        r = runner.invoke(
+            app, ["ingest", f"hf://datasets/{REPO}", "--all-branches", "--remote", "-w", str(db)]
+        )
         assert r.exit_code == 1, r.output + r.stderr  # two kinds of failure: exit 1
         assert "2 ingested, 0 skipped unchanged, 2 failed" in r.output
-        assert f"failed hf://datasets/{REPO}@feature%2Funknown-model: hf://datasets/{REPO}@feature%2Funknown-model: " \
-               "unknown model" in " ".join(r.stderr.split())
-        assert "failed hf://datasets/viktoroo/sniffed-qk@readme-only: branch readme-only of dataset " \
-               "viktoroo/sniffed-qk has no l??h??{q|k}/data.parquet files" in " ".join(r.stderr.split())
+        assert (
+            f"failed hf://datasets/{REPO}@feature%2Funknown-model: hf://datasets/{REPO}@feature%2Funknown-model: "
+            "unknown model" in " ".join(r.stderr.split())
+        )
+        assert (
+            "failed hf://datasets/viktoroo/sniffed-qk@readme-only: branch readme-only of dataset "
+            "viktoroo/sniffed-qk has no l??h??{q|k}/data.parquet files"
+            in " ".join(r.stderr.split())
+        )
         assert _rows(db, "SELECT model_id, source_kind, revision FROM models") == [
             ("smollm3-3b-stage1-step-1200000", "hub_remote", late),
-            ("smollm3-3b-stage1-step-40000", "hub_remote", early)]
+            ("smollm3-3b-stage1-step-40000", "hub_remote", early),
+        ]
 
         # again: the cataloged branches are skipped without reading a file of theirs
         before = snapshot(db)
         hub.clear_log()
-        r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}", "--all-branches", "--remote", "-w", str(db)])
+        r = runner.invoke(
+            app, ["ingest", f"hf://datasets/{REPO}", "--all-branches", "--remote", "-w", str(db)]
+        )
         assert "0 ingested, 2 skipped unchanged, 2 failed" in r.output
-        assert not [q for q in hub.requests if q.revision in (early, late, hub.commit(early), hub.commit(late))]
+        assert not [
+            q
+            for q in hub.requests
+            if q.revision in (early, late, hub.commit(early), hub.commit(late))
+        ]
         assert snapshot(db) == before
 
         # one branch changes: only that one is read again
         hub.put(early, "l00h00q/data.parquet", branches[late]["l00h00q/data.parquet"])
-        r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}@{early}", f"hf://datasets/{REPO}@{late}",
-                                "--remote", "-w", str(db)])
+        r = runner.invoke(
+            app,
+            [
+                "ingest",
+                f"hf://datasets/{REPO}@{early}",
+                f"hf://datasets/{REPO}@{late}",
+                "--remote",
+                "-w",
+                str(db),
+            ],
+        )
         assert r.exit_code == 0, r.output + r.stderr
         assert "smollm3-3b-stage1-step-40000: replaced" in r.output
         assert "1 ingested, 1 skipped unchanged, 0 failed" in r.output
@@ -250,6 +353,10 @@ def test_bad_invocations_name_the_problem(synth, hf_env, monkeypatch):
     assert r.exit_code == 2 and "--model-id names one model" in r.stderr
     r = runner.invoke(app, ["ingest", str(synth), "--all-branches", "-w", str(db)])
     assert r.exit_code == 2 and "--all-branches needs a Hub dataset" in " ".join(r.stderr.split())
-    r = runner.invoke(app, ["ingest", f"hf://datasets/{REPO}@main", "--all-branches", "-w", str(db)])
-    assert r.exit_code == 2 and "--all-branches takes the repo without @BRANCH" in " ".join(r.stderr.split())
+    r = runner.invoke(
+        app, ["ingest", f"hf://datasets/{REPO}@main", "--all-branches", "-w", str(db)]
+    )
+    assert r.exit_code == 2 and "--all-branches takes the repo without @BRANCH" in " ".join(
+        r.stderr.split()
+    )
     assert not db.exists()

@@ -16,9 +16,20 @@ from qkwh.ingest import ingest
 from qkwh.rope_sources import resolve
 from qkwh.sniffed.metadata import DatasetMetadata
 
-LLAMA3 = {"head_dim": 64, "num_attention_heads": 9, "hidden_size": 576, "max_position_embeddings": 8192,
-          "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 2048}}
+LLAMA3 = {
+    "head_dim": 64,
+    "num_attention_heads": 9,
+    "hidden_size": 576,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 2048,
+    },
+}
 MODEL_REPO = "someone/tiny-llama3"
 
 
@@ -37,8 +48,12 @@ def _edit_state(root: Path, **changes) -> None:
 def _rope(db: Path) -> tuple[list[tuple], list[tuple]]:
     con = store.connect(db, read_only=True)
     try:
-        rows = con.execute("SELECT layer, plane, inv_freq, band, source FROM rope_frequencies ORDER BY layer, plane").fetchall()
-        found = con.execute("SELECT severity, detail FROM ingest_findings WHERE \"check\" = 'rope_frequencies'").fetchall()
+        rows = con.execute(
+            "SELECT layer, plane, inv_freq, band, source FROM rope_frequencies ORDER BY layer, plane"
+        ).fetchall()
+        found = con.execute(
+            "SELECT severity, detail FROM ingest_findings WHERE \"check\" = 'rope_frequencies'"
+        ).fetchall()
     finally:
         con.close()
     return rows, found
@@ -48,8 +63,15 @@ def test_saver_state_rope_theta_gives_the_default_frequencies(sample_copy, tmp_p
     db = tmp_path / "wh.duckdb"
     ingest(str(sample_copy), warehouse=db)
     rows, found = _rope(db)
-    assert found == [("info", ("RoPE frequencies from rope_theta (rope_theta 100000, default type): 9 layer(s), "
-                              "rotated width 64, layout half"))]
+    assert found == [
+        (
+            "info",
+            (
+                "RoPE frequencies from rope_theta (rope_theta 100000, default type): 9 layer(s), "
+                "rotated width 64, layout half"
+            ),
+        )
+    ]
     layer0 = [r for r in rows if r[0] == rows[0][0]]
     np.testing.assert_array_equal([r[2] for r in layer0], RF.default_inv_freq(1e5, 64))
     assert [r[3] for r in layer0] == ["high"] * 13 + ["mid"] * 7 + ["low"] * 12
@@ -76,16 +98,23 @@ def test_a_missing_field_is_a_warning_and_the_ingest_succeeds(sample_copy, tmp_p
     assert report.status == "ingested"
     rows, found = _rope(db)
     assert rows == []
-    assert found[0][0] == "warning" and "rope_type 'yarn' needs its scaling parameters" in found[0][1]
+    assert (
+        found[0][0] == "warning" and "rope_type 'yarn' needs its scaling parameters" in found[0][1]
+    )
     # a model config that lacks a field names it
     folder = tmp_path / "model"
     folder.mkdir()
-    bad = {**LLAMA3, "rope_scaling": {k: v for k, v in LLAMA3["rope_scaling"].items() if k != "low_freq_factor"}}
+    bad = {
+        **LLAMA3,
+        "rope_scaling": {k: v for k, v in LLAMA3["rope_scaling"].items() if k != "low_freq_factor"},
+    }
     (folder / "config.json").write_text(json.dumps(bad))
     _edit_state(sample_copy, model_source=str(folder), rope_theta=None)
     ingest(str(sample_copy), warehouse=db, model_id="other")
     con = store.connect(db, read_only=True)
-    detail = con.execute("SELECT detail FROM ingest_findings WHERE model_id = 'other' AND \"check\" = 'rope_frequencies'").fetchone()[0]
+    detail = con.execute(
+        "SELECT detail FROM ingest_findings WHERE model_id = 'other' AND \"check\" = 'rope_frequencies'"
+    ).fetchone()[0]
     con.close()
     assert "'low_freq_factor', which is missing" in detail
 
@@ -109,57 +138,121 @@ def _meta(**kw) -> DatasetMetadata:
 
 
 def test_hub_config_is_downloaded_once_then_read_from_the_cache(hf_env, monkeypatch):
-    with HubStandIn(MODEL_REPO, {"main": {"config.json": json.dumps(LLAMA3).encode()}}, repo_type="model") as hub:
+    with HubStandIn(
+        MODEL_REPO, {"main": {"config.json": json.dumps(LLAMA3).encode()}}, repo_type="model"
+    ) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        kw = {"meta": _meta(rope_type="llama3"), "layers": [0, 1], "head_dim": 64, "rope_theta": 500000.0, "rope_type": "llama3",
-                  "nope_layers": "1", "hf_model": MODEL_REPO}
+        kw = {
+            "meta": _meta(rope_type="llama3"),
+            "layers": [0, 1],
+            "head_dim": 64,
+            "rope_theta": 500000.0,
+            "rope_type": "llama3",
+            "nope_layers": "1",
+            "hf_model": MODEL_REPO,
+        }
         # a local dataset never makes ingest wait on the network
         assert resolve(**kw)[0] is None and hub.requests == []
         resolved, found = resolve(**kw, allow_download=True)
         assert hub.file_gets("config.json")
     assert found[0].severity == "info" and "NoPE layers 1" in found[0].detail
-    np.testing.assert_array_equal(resolved.by_layer[0][0], RF.inv_freq("llama3", 5e5, 64, LLAMA3["rope_scaling"])[0])
+    np.testing.assert_array_equal(
+        resolved.by_layer[0][0], RF.inv_freq("llama3", 5e5, 64, LLAMA3["rope_scaling"])[0]
+    )
     assert resolved.by_layer[1][0] is None
     # the server is gone: the cached config still answers, without any download
     again, found = resolve(**kw)
-    assert again.source == "config" and np.array_equal(again.by_layer[0][0], resolved.by_layer[0][0])
+    assert again.source == "config" and np.array_equal(
+        again.by_layer[0][0], resolved.by_layer[0][0]
+    )
 
 
 def test_an_unreachable_hub_is_a_warning(hf_env, monkeypatch):
     with HubStandIn(MODEL_REPO, {"main": {}}, repo_type="model") as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
-        resolved, found = resolve(meta=_meta(), layers=[0], head_dim=64, rope_theta=None, rope_type="llama3",
-                                  nope_layers=None, hf_model=MODEL_REPO, allow_download=True)
+        resolved, found = resolve(
+            meta=_meta(),
+            layers=[0],
+            head_dim=64,
+            rope_theta=None,
+            rope_type="llama3",
+            nope_layers=None,
+            hf_model=MODEL_REPO,
+            allow_download=True,
+        )
     assert resolved is None and found[0].severity == "warning"
-    assert "no rope_theta" in found[0].detail and f"config.json of {MODEL_REPO} could not be read" in found[0].detail
+    assert (
+        "no rope_theta" in found[0].detail
+        and f"config.json of {MODEL_REPO} could not be read" in found[0].detail
+    )
 
 
 def test_capture_record_per_layer_type_and_bad_records():
-    record = {"by_type": {"full_attention": {"inv_freq": [1.0, 0.1], "attention_scaling": 1.0},
-                          "sliding_attention": {"inv_freq": [1.0, 0.01], "attention_scaling": 1.0}},
-              "layer_types": ["sliding_attention", "full_attention"], "nope_layers": [], "layout": "interleaved",
-              "partial_rotary_factor": 1.0}
-    resolved, found = resolve(meta=_meta(rope_frequencies=json.dumps(record)), layers=[0, 1], head_dim=4,
-                              rope_theta=None, rope_type=None, nope_layers=None, hf_model=None)
+    record = {
+        "by_type": {
+            "full_attention": {"inv_freq": [1.0, 0.1], "attention_scaling": 1.0},
+            "sliding_attention": {"inv_freq": [1.0, 0.01], "attention_scaling": 1.0},
+        },
+        "layer_types": ["sliding_attention", "full_attention"],
+        "nope_layers": [],
+        "layout": "interleaved",
+        "partial_rotary_factor": 1.0,
+    }
+    resolved, found = resolve(
+        meta=_meta(rope_frequencies=json.dumps(record)),
+        layers=[0, 1],
+        head_dim=4,
+        rope_theta=None,
+        rope_type=None,
+        nope_layers=None,
+        hf_model=None,
+    )
     assert resolved.source == "capture" and resolved.layout == "interleaved"
-    assert resolved.by_layer[0][0].tolist() == [1.0, 0.01] and resolved.by_layer[1][0].tolist() == [1.0, 0.1]
+    assert resolved.by_layer[0][0].tolist() == [1.0, 0.01] and resolved.by_layer[1][0].tolist() == [
+        1.0,
+        0.1,
+    ]
     rows = resolved.rows("m", head_dim=4, bucket_size=8, context_length=64)
     assert rows["dim_b"][:2] == [1, 3]  # interleaved: planes (0, 1), (2, 3)
     broken = {**record, "layer_types": ["full_attention"]}
-    resolved, found = resolve(meta=_meta(rope_frequencies=json.dumps(broken)), layers=[0, 1], head_dim=4,
-                              rope_theta=None, rope_type=None, nope_layers=None, hf_model=None)
+    resolved, found = resolve(
+        meta=_meta(rope_frequencies=json.dumps(broken)),
+        layers=[0, 1],
+        head_dim=4,
+        rope_theta=None,
+        rope_type=None,
+        nope_layers=None,
+        hf_model=None,
+    )
     assert resolved is None and "no layer_types entry for layer 1" in found[0].detail
 
 
 def test_scaling_recorded_in_the_metadata_is_used_with_rope_theta():
     scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
     for recorded in (scaling, json.dumps(scaling)):
-        resolved, found = resolve(meta=_meta(rope_scaling=recorded), layers=[3], head_dim=64, rope_theta=1e6,
-                                  rope_type="yarn", nope_layers=None, hf_model=None)
+        resolved, found = resolve(
+            meta=_meta(rope_scaling=recorded),
+            layers=[3],
+            head_dim=64,
+            rope_theta=1e6,
+            rope_type="yarn",
+            nope_layers=None,
+            hf_model=None,
+        )
         assert resolved.source == "rope_theta" and found[0].severity == "info"
         want, scale = RF.inv_freq("yarn", 1e6, 64, scaling)
         np.testing.assert_array_equal(resolved.by_layer[3][0], want)
         assert resolved.by_layer[3][1] == scale > 1
-    resolved, found = resolve(meta=_meta(rope_scaling={"rope_type": "yarn", "factor": 4.0}), layers=[3], head_dim=64,
-                              rope_theta=1e6, rope_type="yarn", nope_layers=None, hf_model=None)
-    assert resolved is None and "'original_max_position_embeddings', which is missing" in found[0].detail
+    resolved, found = resolve(
+        meta=_meta(rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+        layers=[3],
+        head_dim=64,
+        rope_theta=1e6,
+        rope_type="yarn",
+        nope_layers=None,
+        hf_model=None,
+    )
+    assert (
+        resolved is None
+        and "'original_max_position_embeddings', which is missing" in found[0].detail
+    )

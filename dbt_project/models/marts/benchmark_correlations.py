@@ -30,17 +30,27 @@ def model(dbt, session):
     level = float(dbt.config.get("level"))
     n_boot = int(dbt.config.get("n_boot"))
     seed = int(dbt.config.get("seed"))
-    obs = dbt.ref("benchmark_joins").order(
-        "benchmark, mode, length_scope, context_length_tokens, metric, model_id").to_arrow_table().to_pylist()
+    obs = (
+        dbt.ref("benchmark_joins")
+        .order("benchmark, mode, length_scope, context_length_tokens, metric, model_id")
+        .to_arrow_table()
+        .to_pylist()
+    )
     metrics = sorted({o["metric"] for o in obs})
     reps: dict[tuple[str, str], np.ndarray] = {}
     if metrics:
-        rel = dbt.ref("int_model_metric_replicates").filter("replicate > 0").filter(
-            "metric IN (" + ", ".join("'" + m.replace("'", "''") + "'" for m in metrics) + ")")
+        rel = (
+            dbt.ref("int_model_metric_replicates")
+            .filter("replicate > 0")
+            .filter(
+                "metric IN (" + ", ".join("'" + m.replace("'", "''") + "'" for m in metrics) + ")"
+            )
+        )
         acc: dict[tuple[str, str], list] = {}
         for r in rel.order("model_id, metric, replicate").to_arrow_table().to_pylist():
             acc.setdefault((r["model_id"], r["metric"]), []).append(
-                math.nan if r["value"] is None else r["value"])
+                math.nan if r["value"] is None else r["value"]
+            )
         reps = {k: np.asarray(v, np.float64) for k, v in acc.items()}
 
     groups: dict[tuple, list[dict]] = {}
@@ -49,11 +59,29 @@ def model(dbt, session):
             continue
         groups.setdefault(tuple(o[k] for k in KEY), []).append(o)
         if o["metric"] == "matched_len_bin":
-            groups.setdefault((o["benchmark"], o["mode"], "pooled_lengths", None, o["metric"]), []).append(o)
+            groups.setdefault(
+                (o["benchmark"], o["mode"], "pooled_lengths", None, o["metric"]), []
+            ).append(o)
 
-    out = {k: [] for k in (*KEY, "n", "n_models", "pearson_r", "fisher_ci_low", "fisher_ci_high",
-                           "boot_ci_low", "boot_ci_high", "p_value", "n_boot", "level", "seed",
-                           "method", "note")}
+    out = {
+        k: []
+        for k in (
+            *KEY,
+            "n",
+            "n_models",
+            "pearson_r",
+            "fisher_ci_low",
+            "fisher_ci_high",
+            "boot_ci_low",
+            "boot_ci_high",
+            "p_value",
+            "n_boot",
+            "level",
+            "seed",
+            "method",
+            "note",
+        )
+    }
     for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
         rows = groups[key]
         x = np.array([r["metric_value"] for r in rows], np.float64)
@@ -72,22 +100,53 @@ def model(dbt, session):
             note = None
         else:
             method = "pearson; fisher_z; two_stage_bootstrap_percentile"
-            note = ("metric held fixed (no layer replicates, fewer than min_layers layers): "
-                    + ", ".join(fixed)) if fixed else None
+            note = (
+                (
+                    "metric held fixed (no layer replicates, fewer than min_layers layers): "
+                    + ", ".join(fixed)
+                )
+                if fixed
+                else None
+            )
         nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
         values = dict(zip(KEY, key))
-        values.update(n=res.n, n_models=len({r["model_id"] for r in rows}), pearson_r=nan(res.r),
-                      fisher_ci_low=nan(res.fisher_low), fisher_ci_high=nan(res.fisher_high),
-                      boot_ci_low=nan(res.boot_low), boot_ci_high=nan(res.boot_high),
-                      p_value=nan(res.p_value), n_boot=n_boot, level=level, seed=seed,
-                      method=method, note=note)
+        values.update(
+            n=res.n,
+            n_models=len({r["model_id"] for r in rows}),
+            pearson_r=nan(res.r),
+            fisher_ci_low=nan(res.fisher_low),
+            fisher_ci_high=nan(res.fisher_high),
+            boot_ci_low=nan(res.boot_low),
+            boot_ci_high=nan(res.boot_high),
+            p_value=nan(res.p_value),
+            n_boot=n_boot,
+            level=level,
+            seed=seed,
+            method=method,
+            note=note,
+        )
         for k, v in values.items():
             out[k].append(v)
-    schema = pa.schema([("benchmark", pa.string()), ("mode", pa.string()), ("length_scope", pa.string()),
-                        ("context_length_tokens", pa.int32()), ("metric", pa.string()),
-                        ("n", pa.int64()), ("n_models", pa.int64()), ("pearson_r", pa.float64()),
-                        ("fisher_ci_low", pa.float64()), ("fisher_ci_high", pa.float64()),
-                        ("boot_ci_low", pa.float64()), ("boot_ci_high", pa.float64()),
-                        ("p_value", pa.float64()), ("n_boot", pa.int64()), ("level", pa.float64()),
-                        ("seed", pa.int64()), ("method", pa.string()), ("note", pa.string())])
+    schema = pa.schema(
+        [
+            ("benchmark", pa.string()),
+            ("mode", pa.string()),
+            ("length_scope", pa.string()),
+            ("context_length_tokens", pa.int32()),
+            ("metric", pa.string()),
+            ("n", pa.int64()),
+            ("n_models", pa.int64()),
+            ("pearson_r", pa.float64()),
+            ("fisher_ci_low", pa.float64()),
+            ("fisher_ci_high", pa.float64()),
+            ("boot_ci_low", pa.float64()),
+            ("boot_ci_high", pa.float64()),
+            ("p_value", pa.float64()),
+            ("n_boot", pa.int64()),
+            ("level", pa.float64()),
+            ("seed", pa.int64()),
+            ("method", pa.string()),
+            ("note", pa.string()),
+        ]
+    )
     return pa.table(out, schema=schema)

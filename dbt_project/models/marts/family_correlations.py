@@ -30,24 +30,60 @@ def model(dbt, session):
     n_boot = int(dbt.config.get("n_boot"))
     seed = int(dbt.config.get("seed"))
     cols = sorted({c for p in pairs for c in p})
-    heads = dbt.ref("head_metrics").project(
-        "model_id, layer, q_head, family, " + ", ".join(f'"{c}"' for c in cols)
-    ).order("model_id, layer, q_head").to_arrow_table().to_pylist()
-    clusters = {(r["model_id"], r["layer"]): r["cluster_index"] - 1 for r in
-                dbt.ref("int_bootstrap_clusters").to_arrow_table().to_pylist()}
+    heads = (
+        dbt.ref("head_metrics")
+        .project("model_id, layer, q_head, family, " + ", ".join(f'"{c}"' for c in cols))
+        .order("model_id, layer, q_head")
+        .to_arrow_table()
+        .to_pylist()
+    )
+    clusters = {
+        (r["model_id"], r["layer"]): r["cluster_index"] - 1
+        for r in dbt.ref("int_bootstrap_clusters").to_arrow_table().to_pylist()
+    }
     draws: dict[str, np.ndarray] = {}
-    for r in dbt.ref("int_bootstrap_draws").filter("replicate > 0").order(
-            "model_id, replicate").to_arrow_table().to_pylist():
+    for r in (
+        dbt.ref("int_bootstrap_draws")
+        .filter("replicate > 0")
+        .order("model_id, replicate")
+        .to_arrow_table()
+        .to_pylist()
+    ):
         draws.setdefault(r["model_id"], []).append(r["multiplicity"])
     draws = {k: np.asarray(v, np.float64) for k, v in draws.items()}
 
-    out = {k: [] for k in ("x_metric", "y_metric", "scope_kind", "scope", "family", "n",
-                           "n_models", "pearson_r", "fisher_ci_low", "fisher_ci_high",
-                           "boot_ci_low", "boot_ci_high", "p_value", "n_boot", "level", "seed",
-                           "method", "note")}
+    out = {
+        k: []
+        for k in (
+            "x_metric",
+            "y_metric",
+            "scope_kind",
+            "scope",
+            "family",
+            "n",
+            "n_models",
+            "pearson_r",
+            "fisher_ci_low",
+            "fisher_ci_high",
+            "boot_ci_low",
+            "boot_ci_high",
+            "p_value",
+            "n_boot",
+            "level",
+            "seed",
+            "method",
+            "note",
+        )
+    }
     for x_name, y_name in pairs:
-        rows = [h for h in heads if h[x_name] is not None and h[y_name] is not None
-                and math.isfinite(h[x_name]) and math.isfinite(h[y_name])]
+        rows = [
+            h
+            for h in heads
+            if h[x_name] is not None
+            and h[y_name] is not None
+            and math.isfinite(h[x_name])
+            and math.isfinite(h[y_name])
+        ]
         sets = [("all", "all", None, rows)] if heads else []
         for fam in sorted({h["family"] for h in heads if h["family"] is not None}):
             sets.append(("family", fam, fam, [h for h in rows if h["family"] == fam]))
@@ -72,23 +108,52 @@ def model(dbt, session):
             if fixed and len(fixed) == len(models):
                 note = "no model of the set has min_layers layers: no bootstrap interval"
             elif fixed:
-                note = "held fixed in the bootstrap (fewer than min_layers layers): " + ", ".join(fixed)
+                note = "held fixed in the bootstrap (fewer than min_layers layers): " + ", ".join(
+                    fixed
+                )
             res = correlation_with_intervals(x, y, boot, level=level, min_n=min_n)
             nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
-            for k, v in (("x_metric", x_name), ("y_metric", y_name), ("scope_kind", kind),
-                         ("scope", scope), ("family", fam), ("n", res.n), ("n_models", len(models)),
-                         ("pearson_r", nan(res.r)), ("fisher_ci_low", nan(res.fisher_low)),
-                         ("fisher_ci_high", nan(res.fisher_high)), ("boot_ci_low", nan(res.boot_low)),
-                         ("boot_ci_high", nan(res.boot_high)), ("p_value", nan(res.p_value)),
-                         ("n_boot", n_boot), ("level", level), ("seed", seed),
-                         ("method", "pearson; fisher_z; layer_cluster_bootstrap_percentile"),
-                         ("note", note)):
+            for k, v in (
+                ("x_metric", x_name),
+                ("y_metric", y_name),
+                ("scope_kind", kind),
+                ("scope", scope),
+                ("family", fam),
+                ("n", res.n),
+                ("n_models", len(models)),
+                ("pearson_r", nan(res.r)),
+                ("fisher_ci_low", nan(res.fisher_low)),
+                ("fisher_ci_high", nan(res.fisher_high)),
+                ("boot_ci_low", nan(res.boot_low)),
+                ("boot_ci_high", nan(res.boot_high)),
+                ("p_value", nan(res.p_value)),
+                ("n_boot", n_boot),
+                ("level", level),
+                ("seed", seed),
+                ("method", "pearson; fisher_z; layer_cluster_bootstrap_percentile"),
+                ("note", note),
+            ):
                 out[k].append(v)
-    schema = pa.schema([("x_metric", pa.string()), ("y_metric", pa.string()), ("scope_kind", pa.string()),
-                        ("scope", pa.string()), ("family", pa.string()), ("n", pa.int64()),
-                        ("n_models", pa.int64()), ("pearson_r", pa.float64()),
-                        ("fisher_ci_low", pa.float64()), ("fisher_ci_high", pa.float64()),
-                        ("boot_ci_low", pa.float64()), ("boot_ci_high", pa.float64()),
-                        ("p_value", pa.float64()), ("n_boot", pa.int64()), ("level", pa.float64()),
-                        ("seed", pa.int64()), ("method", pa.string()), ("note", pa.string())])
+    schema = pa.schema(
+        [
+            ("x_metric", pa.string()),
+            ("y_metric", pa.string()),
+            ("scope_kind", pa.string()),
+            ("scope", pa.string()),
+            ("family", pa.string()),
+            ("n", pa.int64()),
+            ("n_models", pa.int64()),
+            ("pearson_r", pa.float64()),
+            ("fisher_ci_low", pa.float64()),
+            ("fisher_ci_high", pa.float64()),
+            ("boot_ci_low", pa.float64()),
+            ("boot_ci_high", pa.float64()),
+            ("p_value", pa.float64()),
+            ("n_boot", pa.int64()),
+            ("level", pa.float64()),
+            ("seed", pa.int64()),
+            ("method", pa.string()),
+            ("note", pa.string()),
+        ]
+    )
     return pa.table(out, schema=schema)

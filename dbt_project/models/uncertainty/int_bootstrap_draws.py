@@ -35,8 +35,13 @@ def model(dbt, session):
     n_boot = int(dbt.config.get("n_boot"))
     seed = int(dbt.config.get("seed"))
     min_layers = int(dbt.config.get("min_layers"))
-    clusters = dbt.ref("int_bootstrap_clusters").aggregate(
-        "model_id, count(*) as n_layers", "model_id").order("model_id").to_arrow_table().to_pylist()
+    clusters = (
+        dbt.ref("int_bootstrap_clusters")
+        .aggregate("model_id, count(*) as n_layers", "model_id")
+        .order("model_id")
+        .to_arrow_table()
+        .to_pylist()
+    )
     ids, reps, n_lay, mults = [], [], [], []
     for row in clusters:
         n = int(row["n_layers"])
@@ -46,9 +51,11 @@ def model(dbt, session):
         reps += list(range(b + 1))
         n_lay += [n] * (b + 1)
         mults += m.tolist()
-    return pa.table({
-        "model_id": pa.array(ids, pa.string()),
-        "replicate": pa.array(reps, pa.int32()),
-        "n_layers": pa.array(n_lay, pa.int32()),
-        "multiplicity": pa.array(mults, pa.list_(pa.float64())),
-    })
+    return pa.table(
+        {
+            "model_id": pa.array(ids, pa.string()),
+            "replicate": pa.array(reps, pa.int32()),
+            "n_layers": pa.array(n_lay, pa.int32()),
+            "multiplicity": pa.array(mults, pa.list_(pa.float64())),
+        }
+    )

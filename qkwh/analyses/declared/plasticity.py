@@ -16,21 +16,36 @@ PairsMode = Literal["sampled", "exhaustive"]
 class PlasticityParams:
     """Attention plasticity (docs/metrics/plasticity.md)."""
 
-    num_pairs_per_bucket: int = field(default=1024, metadata={"gt": 0, "doc": "P per (head, q-bucket)"})
+    num_pairs_per_bucket: int = field(
+        default=1024, metadata={"gt": 0, "doc": "P per (head, q-bucket)"}
+    )
     cov_mode: CovMode = field(default="full", metadata={"doc": "full | diag | global_diag"})
-    eligibility: Eligibility = field(default="position",
-                                     metadata={"doc": "position (s < tau_j) | strict_bucket (c < j)"})
-    pairs: PairsMode = field(default="sampled",
-                             metadata={"doc": "sampled | exhaustive (exact expectation, no sampling noise)"})
-    normality_max_dims: int = field(default=64,
-                                    metadata={"gt": 0, "doc": "dimensions the normality tests look at"})
-    p_alpha: float = field(default=0.01,
-                           metadata={"gt": 0, "lt": 1, "doc": "significance level of those tests"})
-    eps: float = field(default=1e-12, metadata={"ge": 0, "doc": "ridge added to per-bucket covariances"})
-    var_floor: float = field(default=1e-12, metadata={"ge": 0, "doc": "floor of the pair variance v"})
-    orientation: bool = field(default=True, metadata={"doc": "orient the key-mean sign before counting"})
-    empirical: bool = field(default=False,
-                            metadata={"doc": "also count plasticity with the bucket's real queries (no Gaussian)"})
+    eligibility: Eligibility = field(
+        default="position", metadata={"doc": "position (s < tau_j) | strict_bucket (c < j)"}
+    )
+    pairs: PairsMode = field(
+        default="sampled",
+        metadata={"doc": "sampled | exhaustive (exact expectation, no sampling noise)"},
+    )
+    normality_max_dims: int = field(
+        default=64, metadata={"gt": 0, "doc": "dimensions the normality tests look at"}
+    )
+    p_alpha: float = field(
+        default=0.01, metadata={"gt": 0, "lt": 1, "doc": "significance level of those tests"}
+    )
+    eps: float = field(
+        default=1e-12, metadata={"ge": 0, "doc": "ridge added to per-bucket covariances"}
+    )
+    var_floor: float = field(
+        default=1e-12, metadata={"ge": 0, "doc": "floor of the pair variance v"}
+    )
+    orientation: bool = field(
+        default=True, metadata={"doc": "orient the key-mean sign before counting"}
+    )
+    empirical: bool = field(
+        default=False,
+        metadata={"doc": "also count plasticity with the bucket's real queries (no Gaussian)"},
+    )
 
 
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:
@@ -45,77 +60,204 @@ ANALYSIS = Analysis(
     title="Attention plasticity: how often a query bucket's attention order of two keys can flip",
     doc="metrics/plasticity.md",
     tables=(
-        Table("plasticity_heads", grain="one row per head",
-              description="Query diagnostics and the positional model per head; head-level plasticity "
-                          "(ap_overall, deciles, ap_drop) is derived by dbt from plasticity_buckets.",
-              columns=(
-                  _c("n_q", "INTEGER", "rows", "query rows used (after the row cap)"),
-                  _c("n_k", "INTEGER", "rows", "key rows used (after the row cap)"),
-                  _c("d", "INTEGER", "dimensions", "vector length (head dimension)"),
-                  _c("q_R2_pos", "DOUBLE", "1", "mean over dimensions of the R^2 of the query on position",
-                     head_metric=True),
-                  _c("q_beta_norm", "DOUBLE", "vector units/token", "norm of the per-token query slopes beta",
-                     head_metric=True),
-                  _c("q_R2_scalar", "DOUBLE", "1", "R^2 of log2(t + 1) predicted from the positional coordinate"),
-                  _c("q_mae_baseline", "DOUBLE", "log2 tokens", "mean absolute error of always predicting the mean"),
-                  _c("q_mae_proj", "DOUBLE", "log2 tokens", "mean absolute error of that straight-line fit"),
-                  _c("q_mae_ratio", "DOUBLE", "1", "q_mae_proj / q_mae_baseline (1 when the baseline error is 0)"),
-                  _c("q_resid0_skew", "DOUBLE", "1", "skewness of the positional coordinate's standardised residual"),
-                  _c("q_resid0_kurt", "DOUBLE", "1", "excess kurtosis of that residual"),
-                  _c("q_resid0_ks_p", "DOUBLE", "1", "Kolmogorov-Smirnov p-value of that residual against N(0, 1)"),
-                  _c("q_noise_med_abs_skew", "DOUBLE", "1", "median |skewness| of the other standardised coordinates"),
-                  _c("q_noise_med_abs_kurt", "DOUBLE", "1",
-                     "median |excess kurtosis| of the other standardised coordinates"),
-                  _c("q_noise_med_ks_p", "DOUBLE", "1", "median KS p-value over normality_max_dims coordinates"),
-                  _c("q_noise_frac_ks_p_lt_alpha", "DOUBLE", "1", "share of those p-values below p_alpha"),
-                  _c("alpha_pos", "DOUBLE", "vector units", "intercept of the positional model"),
-                  _c("beta_pos", "DOUBLE", "vector units/token", "slope of the positional model"),
-                  _c("sigma2_pos", "DOUBLE", "vector units^2", "residual variance of the positional model"),
-                  _c("seed_used", "BIGINT", "", "seed of the head's pair sampler"),
-                  _c("context_length", "INTEGER", "tokens", "L_ctx of the model"),
-                  _c("cov_mode", "VARCHAR", "", "plasticity.cov_mode used"),
-                  _c("eligibility", "VARCHAR", "", "plasticity.eligibility used"),
-                  _c("pairs", "VARCHAR", "", "plasticity.pairs used: 'sampled' or 'exhaustive'", head_metric=True),
-                  _c("empirical", "BOOLEAN", "", "the real-query (empirical) estimator was computed too"),
-              )),
-        Table("plasticity_buckets", key=("q_bucket",), field="buckets", grain="one row per head and query bucket",
-              description="Attention plasticity per head and query bucket.",
-              columns=(
-                  _c("q_bucket", "INTEGER", "", "query bucket j"),
-                  _c("bucket_position", "DOUBLE", "tokens", "tau_j: mean query position of the bucket"),
-                  _c("bucket_midpoint", "DOUBLE", "tokens", "(j + 0.5) * bucket_size"),
-                  _c("bucket_frac", "DOUBLE", "1", "tau_j / L_ctx"),
-                  _c("n_queries", "INTEGER", "rows", "queries in the bucket"),
-                  _c("n_eligible_keys", "BIGINT", "rows", "keys eligible for the bucket, summed over examples"),
-                  _c("n_admissible_pairs", "BIGINT", "pairs", "admissible key pairs A"),
-                  _c("n_pairs", "INTEGER", "pairs", "pairs evaluated (all admissible when exhaustive)"),
-                  _c("ap_bucket", "DOUBLE", "1", "AP_j: mean pair plasticity over the evaluated pairs"),
-                  _c("ap_bucket_se", "DOUBLE", "1", "standard error of the sampled estimator"),
-                  _c("mean_abs_z", "DOUBLE", "1", "mean |z| over the pairs (diagnostic)"),
-                  _c("ap_bucket_empirical", "DOUBLE", "1",
-                     "same pairs, counted with the bucket's real queries (NULL unless enabled)"),
-                  _c("ap_bucket_empirical_se", "DOUBLE", "1", "its standard error (as ap_bucket_se)"),
-                  _c("gauss_gap_se", "DOUBLE", "1", "standard error of ap_bucket - ap_bucket_empirical (paired)"),
-                  _c("mode", "VARCHAR", "", "'<pairs>/<cov_mode>/<eligibility>'"),
-              )),
-        Table("plasticity_heatmap", key=("q_bucket", "dx_bin", "dm_bin"), field="heatmap",
-              grain="one row per head, query bucket and (dx_bin, dm_bin) cell",
-              description="Pair-plasticity heatmap accumulators per head, query bucket and distance bins.",
-              columns=(
-                  _c("q_bucket", "INTEGER", "", "query bucket j"),
-                  _c("dx_bin", "INTEGER", "bucket sizes", "floor(|s1 - s2| / W), W = bucket size"),
-                  _c("dm_bin", "INTEGER", "bucket sizes", "floor((tau_j - (s1 + s2) / 2) / W)"),
-                  _c("n", "BIGINT", "pairs", "pairs in the cell"),
-                  _c("sum_pp", "DOUBLE", "1", "sum of their pair plasticity"),
-                  _c("sum_pp2", "DOUBLE", "1", "sum of its square"),
-              )),
-        Table("plasticity_components", key=("component",), field="components",
-              grain="one row per head and head dimension",
-              description="Positional component weights of the query regression per head dimension.",
-              columns=(
-                  _c("component", "INTEGER", "", "head dimension, in the original layout"),
-                  _c("component_r2", "DOUBLE", "1", "R^2 of the dimension on position (queries only)"),
-                  _c("component_weight", "DOUBLE", "1", "max(R^2, 0) normalised to sum 1 over the head"),
-              )),
+        Table(
+            "plasticity_heads",
+            grain="one row per head",
+            description="Query diagnostics and the positional model per head; head-level plasticity "
+            "(ap_overall, deciles, ap_drop) is derived by dbt from plasticity_buckets.",
+            columns=(
+                _c("n_q", "INTEGER", "rows", "query rows used (after the row cap)"),
+                _c("n_k", "INTEGER", "rows", "key rows used (after the row cap)"),
+                _c("d", "INTEGER", "dimensions", "vector length (head dimension)"),
+                _c(
+                    "q_R2_pos",
+                    "DOUBLE",
+                    "1",
+                    "mean over dimensions of the R^2 of the query on position",
+                    head_metric=True,
+                ),
+                _c(
+                    "q_beta_norm",
+                    "DOUBLE",
+                    "vector units/token",
+                    "norm of the per-token query slopes beta",
+                    head_metric=True,
+                ),
+                _c(
+                    "q_R2_scalar",
+                    "DOUBLE",
+                    "1",
+                    "R^2 of log2(t + 1) predicted from the positional coordinate",
+                ),
+                _c(
+                    "q_mae_baseline",
+                    "DOUBLE",
+                    "log2 tokens",
+                    "mean absolute error of always predicting the mean",
+                ),
+                _c(
+                    "q_mae_proj",
+                    "DOUBLE",
+                    "log2 tokens",
+                    "mean absolute error of that straight-line fit",
+                ),
+                _c(
+                    "q_mae_ratio",
+                    "DOUBLE",
+                    "1",
+                    "q_mae_proj / q_mae_baseline (1 when the baseline error is 0)",
+                ),
+                _c(
+                    "q_resid0_skew",
+                    "DOUBLE",
+                    "1",
+                    "skewness of the positional coordinate's standardised residual",
+                ),
+                _c("q_resid0_kurt", "DOUBLE", "1", "excess kurtosis of that residual"),
+                _c(
+                    "q_resid0_ks_p",
+                    "DOUBLE",
+                    "1",
+                    "Kolmogorov-Smirnov p-value of that residual against N(0, 1)",
+                ),
+                _c(
+                    "q_noise_med_abs_skew",
+                    "DOUBLE",
+                    "1",
+                    "median |skewness| of the other standardised coordinates",
+                ),
+                _c(
+                    "q_noise_med_abs_kurt",
+                    "DOUBLE",
+                    "1",
+                    "median |excess kurtosis| of the other standardised coordinates",
+                ),
+                _c(
+                    "q_noise_med_ks_p",
+                    "DOUBLE",
+                    "1",
+                    "median KS p-value over normality_max_dims coordinates",
+                ),
+                _c(
+                    "q_noise_frac_ks_p_lt_alpha",
+                    "DOUBLE",
+                    "1",
+                    "share of those p-values below p_alpha",
+                ),
+                _c("alpha_pos", "DOUBLE", "vector units", "intercept of the positional model"),
+                _c("beta_pos", "DOUBLE", "vector units/token", "slope of the positional model"),
+                _c(
+                    "sigma2_pos",
+                    "DOUBLE",
+                    "vector units^2",
+                    "residual variance of the positional model",
+                ),
+                _c("seed_used", "BIGINT", "", "seed of the head's pair sampler"),
+                _c("context_length", "INTEGER", "tokens", "L_ctx of the model"),
+                _c("cov_mode", "VARCHAR", "", "plasticity.cov_mode used"),
+                _c("eligibility", "VARCHAR", "", "plasticity.eligibility used"),
+                _c(
+                    "pairs",
+                    "VARCHAR",
+                    "",
+                    "plasticity.pairs used: 'sampled' or 'exhaustive'",
+                    head_metric=True,
+                ),
+                _c(
+                    "empirical",
+                    "BOOLEAN",
+                    "",
+                    "the real-query (empirical) estimator was computed too",
+                ),
+            ),
+        ),
+        Table(
+            "plasticity_buckets",
+            key=("q_bucket",),
+            field="buckets",
+            grain="one row per head and query bucket",
+            description="Attention plasticity per head and query bucket.",
+            columns=(
+                _c("q_bucket", "INTEGER", "", "query bucket j"),
+                _c(
+                    "bucket_position",
+                    "DOUBLE",
+                    "tokens",
+                    "tau_j: mean query position of the bucket",
+                ),
+                _c("bucket_midpoint", "DOUBLE", "tokens", "(j + 0.5) * bucket_size"),
+                _c("bucket_frac", "DOUBLE", "1", "tau_j / L_ctx"),
+                _c("n_queries", "INTEGER", "rows", "queries in the bucket"),
+                _c(
+                    "n_eligible_keys",
+                    "BIGINT",
+                    "rows",
+                    "keys eligible for the bucket, summed over examples",
+                ),
+                _c("n_admissible_pairs", "BIGINT", "pairs", "admissible key pairs A"),
+                _c(
+                    "n_pairs",
+                    "INTEGER",
+                    "pairs",
+                    "pairs evaluated (all admissible when exhaustive)",
+                ),
+                _c(
+                    "ap_bucket",
+                    "DOUBLE",
+                    "1",
+                    "AP_j: mean pair plasticity over the evaluated pairs",
+                ),
+                _c("ap_bucket_se", "DOUBLE", "1", "standard error of the sampled estimator"),
+                _c("mean_abs_z", "DOUBLE", "1", "mean |z| over the pairs (diagnostic)"),
+                _c(
+                    "ap_bucket_empirical",
+                    "DOUBLE",
+                    "1",
+                    "same pairs, counted with the bucket's real queries (NULL unless enabled)",
+                ),
+                _c("ap_bucket_empirical_se", "DOUBLE", "1", "its standard error (as ap_bucket_se)"),
+                _c(
+                    "gauss_gap_se",
+                    "DOUBLE",
+                    "1",
+                    "standard error of ap_bucket - ap_bucket_empirical (paired)",
+                ),
+                _c("mode", "VARCHAR", "", "'<pairs>/<cov_mode>/<eligibility>'"),
+            ),
+        ),
+        Table(
+            "plasticity_heatmap",
+            key=("q_bucket", "dx_bin", "dm_bin"),
+            field="heatmap",
+            grain="one row per head, query bucket and (dx_bin, dm_bin) cell",
+            description="Pair-plasticity heatmap accumulators per head, query bucket and distance bins.",
+            columns=(
+                _c("q_bucket", "INTEGER", "", "query bucket j"),
+                _c("dx_bin", "INTEGER", "bucket sizes", "floor(|s1 - s2| / W), W = bucket size"),
+                _c("dm_bin", "INTEGER", "bucket sizes", "floor((tau_j - (s1 + s2) / 2) / W)"),
+                _c("n", "BIGINT", "pairs", "pairs in the cell"),
+                _c("sum_pp", "DOUBLE", "1", "sum of their pair plasticity"),
+                _c("sum_pp2", "DOUBLE", "1", "sum of its square"),
+            ),
+        ),
+        Table(
+            "plasticity_components",
+            key=("component",),
+            field="components",
+            grain="one row per head and head dimension",
+            description="Positional component weights of the query regression per head dimension.",
+            columns=(
+                _c("component", "INTEGER", "", "head dimension, in the original layout"),
+                _c(
+                    "component_r2", "DOUBLE", "1", "R^2 of the dimension on position (queries only)"
+                ),
+                _c(
+                    "component_weight",
+                    "DOUBLE",
+                    "1",
+                    "max(R^2, 0) normalised to sum 1 over the head",
+                ),
+            ),
+        ),
     ),
 )
