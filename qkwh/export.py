@@ -102,8 +102,8 @@ def legacy_sql(sql_name: str) -> str:
     env.globals["source"] = lambda _source, table: f"main.{store.quote_ident(table)}"
     macros = env.from_string((DBT_PROJECT_DIR / "macros" / "current_config.sql").read_text()).module
     return env.from_string(store.load_sql(sql_name)).render(
-        is_current_config=macros.is_current_config
-    )  # type: ignore[attr-defined]
+        is_current_config=macros.is_current_config  # type: ignore[attr-defined]
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -247,7 +247,7 @@ def _metadata_mapping(meta: DatasetMetadata, key: str) -> dict[str, Any] | None:
 def _metadata_float(meta: DatasetMetadata, key: str) -> float | None:
     try:
         value = meta.metadata.get(key)
-        return float(value) if value not in (None, "") else None
+        return float(value) if value is not None and value != "" else None
     except (TypeError, ValueError):
         return None
 

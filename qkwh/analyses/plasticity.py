@@ -509,8 +509,8 @@ def analyse(
             bucket_width=W,
             num_pairs=P,
             var_floor=params.var_floor,
-            queries=q_sorted[rows] if params.empirical else None,
-            keys_raw=k_raw,  # type: ignore[index]
+            queries=q_sorted[rows] if params.empirical else None,  # type: ignore[index]
+            keys_raw=k_raw,
             gram_block=_GRAM_BLOCK,
             heat_dense_max=_HEAT_DENSE_MAX,
         )

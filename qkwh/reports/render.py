@@ -180,7 +180,7 @@ def render(
     fig_dir.mkdir(parents=True, exist_ok=True)
     pages = _pages(infos, built, skipped, out_dir)
 
-    figures: list[RenderedFigure] = []
+    rendered: list[RenderedFigure] = []
     specs: dict[str, str] = {}
     static = {}
     if formats:
@@ -213,7 +213,7 @@ def render(
         spec_path = fig_dir / f"{fid}.vl.json"
         spec_path.write_text(text, encoding="utf-8")
         specs[fid] = text
-        figures.append(
+        rendered.append(
             RenderedFigure(
                 fid,
                 fig.section,
@@ -232,23 +232,23 @@ def render(
     (out_dir / VENDOR_JS).write_text(_js_bundle(), encoding="utf-8")
     head = _Head(infos, wh)
     index = pages[None]
-    index.write_text(_index_html(head, figures, skipped, specs, pages, out_dir), encoding="utf-8")
+    index.write_text(_index_html(head, rendered, skipped, specs, pages, out_dir), encoding="utf-8")
     for info in infos:
         page = pages.get(info.model_id)
         if page is not None:
             page.parent.mkdir(parents=True, exist_ok=True)
             page.write_text(
-                _model_html(head, info, figures, skipped, specs, pages, out_dir), encoding="utf-8"
+                _model_html(head, info, rendered, skipped, specs, pages, out_dir), encoding="utf-8"
             )
     fig_index = out_dir / "figures.json"
     fig_index.write_text(
-        json.dumps(_index_json(figures, skipped, selected, wh, out_dir, pages), indent=2),
+        json.dumps(_index_json(rendered, skipped, selected, wh, out_dir, pages), indent=2),
         encoding="utf-8",
     )
     return ReportResult(
         out_dir,
         index,
-        tuple(figures),
+        tuple(rendered),
         tuple(skipped),
         tuple(selected),
         time.perf_counter() - t0,
@@ -728,8 +728,8 @@ def _index_html(
 
     # the models and their pages
     parts.append('<h2 id="models">Models</h2>')
-    keys = list(dict.fromkeys(f.id[: -len(slug(f.model_id)) - 1] for f in per_model))
-    titles = {f.id[: -len(slug(f.model_id)) - 1]: f.title for f in per_model}
+    keys = list(dict.fromkeys(f.id[: -len(slug(f.model_id or "")) - 1] for f in per_model))
+    titles = {f.id[: -len(slug(f.model_id or "")) - 1]: f.title for f in per_model}
     drawn = {f.id for f in per_model}
     parts.append(
         '<table class="index"><tr><th>#</th><th>model</th><th>model id</th><th>family</th>'
@@ -768,7 +768,7 @@ def _index_html(
         )
     for k in keys:
         first = next(f for f in per_model if f.id.startswith(k + "-") and f.title == titles[k])
-        count = sum(1 for f in per_model if f.id == f"{k}-{slug(f.model_id)}")
+        count = len([f for f in per_model if f.id == f"{k}-{slug(f.model_id or '')}"])
         n += 1
         parts.append(
             f"<tr><td>{n}</td><td>{_esc(titles[k])}</td><td>{_esc(first.section)}</td>"

@@ -116,9 +116,9 @@ def rotation_trajectory(marts: Marts) -> Drawn:
                     "q50": q[1] * k,
                     "q75": q[2] * k if q[2] is not None else None,
                     "mean": mean * k if mean is not None else None,
-                    **ci.fields(r["model_id"], col, lambda v, k=k: v * k),
+                    **ci.fields(r["model_id"], col, lambda v, k=k: v * k),  # type: ignore[misc]
                 }
-            )  # type: ignore[misc]
+            )
     if not data:
         raise NoData("training_trajectory has no rotation quartiles")
     base = alt.Chart().encode(x=_x(rows))
@@ -195,9 +195,9 @@ def bias_decomposition(marts: Marts) -> Drawn:
                         "quantity": label,
                         "value": r[col] * k,
                         "rel": rel,
-                        **ci.fields(r["model_id"], col, lambda v, k=k: v * k),
+                        **ci.fields(r["model_id"], col, lambda v, k=k: v * k),  # type: ignore[misc]
                     }
-                )  # type: ignore[misc]
+                )
     base = alt.Chart().encode(x=_x(rows))
     y = alt.Y("value:Q", title="mean over heads", scale=alt.Scale(zero=False))
     line = base.mark_line(color="#888", strokeWidth=1.5).encode(y=y)

@@ -230,7 +230,7 @@ def check_dataset(
                 f"{path}: {int((s.position < 0).sum())} row(s) have a negative position"
             )
         n_dup, key = duplicate_keys(s.example_id, s.position)
-        if n_dup:
+        if n_dup and key is not None:
             raise InputError(
                 f"{path}: {n_dup} row(s) repeat the (example_id, position) of another row (e.g. example_id "
                 f"{key[0]}, position {key[1]}); a file holds one row per token"
