@@ -718,6 +718,8 @@ def compute(
         f"computed {report.n_written} head(s), skipped {report.n_skipped} unchanged "
         f"({label}{', '.join(f'{a}={c}' for a, c in report.config_ids.items())}; code {report.code_version})"
     )
+    for _, why in report.excluded:
+        err.print(_tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
     if report.failures:
         for label, error in report.failures[:10]:
             err.print(_tagged("failed", "red", f"{label}: {error}"), highlight=False)

@@ -54,6 +54,9 @@ class ComputeReport:
     )
     name: str | None = None
     n_batches: int = 0
+    #: models left out, with why: their files hold positions at or beyond the context length
+    #: (ingested by an older qkwh, which only warned); the analyses cannot place those rows
+    excluded: list[tuple[str, str]] = field(default_factory=list)
     write_seconds: float = 0.0  # parent time spent writing batches (open, transaction, close)
 
     @property
@@ -69,6 +72,21 @@ def load_units(con, models: list[str] | None) -> list[HeadUnit]:
             raise NotFoundError(unknown_names("model", missing, sorted(known), " in the warehouse"))
     rows = con.execute(store.load_sql("compute_heads"), [models or None]).fetchall()
     return [HeadUnit(*r) for r in rows]
+
+
+def out_of_range_models(con, models: list[str] | None) -> list[tuple[str, str]]:
+    """(model_id, why) of the models whose files reach the context length: left out of compute."""
+    rows = con.execute(store.load_sql("models_out_of_range"), [models or None]).fetchall()
+    return [
+        (
+            m,
+            f"model {m!r} is left out: its files hold positions up to {pos}, at or beyond its "
+            f"context length {ctx}, which the analyses cannot place (an older qkwh ingested them); "
+            f"`qkwh remove {m}` and ingest data within the context, or give the model's true "
+            "context length in configs/models.csv",
+        )
+        for m, pos, ctx in rows
+    ]
 
 
 @contextlib.contextmanager
@@ -234,6 +252,13 @@ def compute(
             try:
                 check_result_tables(con, wh, analyses)
                 units = load_units(con, models)
+                excluded = out_of_range_models(con, models)
+                if excluded:
+                    units = [u for u in units if u.model_id not in dict(excluded)]
+                    if not units:
+                        raise InputError(
+                            "nothing to compute: " + "; ".join(why for _, why in excluded)
+                        )
                 done = {
                     (m, layer, q, a, cid): fp
                     for m, layer, q, a, cid, fp in con.execute(
@@ -250,6 +275,7 @@ def compute(
                     config_ids=config_ids,
                     code_version=code_version(),
                     name=name,
+                    excluded=excluded,
                 )
                 with store.transaction(con):
                     record_configs(con, config, config_ids, code_versions, name)
