@@ -54,3 +54,24 @@ def snapshot(db: Path) -> dict[str, list[tuple]]:
         }
     finally:
         con.close()
+
+
+#: a small synthetic model (2 layers x 2 query heads, 1 KV head, d = 16, 300 rows per file): quick
+#: to ingest and compute, for the CLI tests that need some warehouse
+SMALL_SYNTH = (
+    "--layers",
+    "2",
+    "--q-heads",
+    "2",
+    "--kv-heads",
+    "1",
+    "--head-dim",
+    "16",
+    "--rows",
+    "300",
+)
+
+
+def small_synth_args(data: Path) -> list[str]:
+    """The `qkwh synth` arguments that write :data:`SMALL_SYNTH` into ``data``."""
+    return ["synth", str(data), *SMALL_SYNTH]

@@ -15,6 +15,7 @@ import qkwh
 from qkwh import store
 from qkwh.cli import app
 from qkwh.errors import NotFoundError
+from tests.conftest import small_synth_args
 
 MODEL = "synth-py"
 
@@ -25,20 +26,7 @@ def db(tmp_path_factory) -> Path:
     data, db = tmp / MODEL, tmp / "wh.duckdb"
     runner = CliRunner()
     for args in (
-        [
-            "synth",
-            str(data),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "300",
-        ],
+        small_synth_args(data),
         ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
         ["compute", "-w", str(db), "-a", "pca", "-j", "1"],
     ):

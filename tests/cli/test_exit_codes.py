@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh.cli import app
+from tests.conftest import small_synth_args
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -37,20 +38,7 @@ def warehouse(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("exit-codes")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
     for args in (
-        [
-            "synth",
-            str(data),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "300",
-        ],
+        small_synth_args(data),
         ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
         ["compute", "-w", str(db), "-a", "pca", "-j", "1"],
     ):

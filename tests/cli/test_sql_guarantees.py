@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh.cli import app
-from tests.conftest import snapshot
+from tests.conftest import small_synth_args, snapshot
 
 runner = CliRunner()
 MODEL = "synth-sql"
@@ -27,20 +27,7 @@ def warehouse(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("sql-guarantees")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
     for args in (
-        [
-            "synth",
-            str(data),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "300",
-        ],
+        small_synth_args(data),
         ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
     ):
         r = cli(*args)

@@ -19,6 +19,7 @@ from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
 from qkwh.errors import InputError
 from qkwh.runs import check_name, resolve
+from tests.conftest import small_synth_args
 
 runner = CliRunner()
 MODEL = "synth-names"
@@ -34,20 +35,7 @@ def two_sets(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     tmp = tmp_path_factory.mktemp("set-names")
     data, db = tmp / MODEL, tmp / "wh.duckdb"
     for args in (
-        [
-            "synth",
-            str(data),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "300",
-        ],
+        small_synth_args(data),
         ["ingest", str(data), "--model-id", MODEL, "-w", str(db)],
     ):
         r = cli(*args)
