@@ -21,7 +21,7 @@ from qkwh.paths import DOCS_DIR
 
 app = typer.Typer(
     help="qkwh: a DuckDB warehouse of sniffed post-RoPE Q/K vectors and the attention-geometry "
-    "metrics computed from them (PCA, planar rotation, attention plasticity).  Tables, metrics "
+    f"metrics computed from them (analyses: {', '.join(analysis_registry.names())}).  Tables, metrics "
     f"and the input format are documented in {DOCS_DIR} (docs/ of the repository).",
     no_args_is_help=True,
     add_completion=False,
