@@ -91,6 +91,12 @@ def uninterrupted(ingested: Path, tmp_path_factory) -> dict[str, list[tuple]]:
     """The result tables of a compute that nobody disturbed."""
     db = tmp_path_factory.mktemp("faults-ref") / "ref.duckdb"
     shutil.copy(ingested, db)
+    _compute(db)
+    return _results(db)
+
+
+def _compute(db: Path) -> None:
+    """An undisturbed `qkwh compute -j 1` of ``db`` in a child process; it must succeed."""
     r = subprocess.run(
         _qkwh("compute", "-w", str(db), "-j", "1"),
         cwd=REPO,
@@ -101,7 +107,6 @@ def uninterrupted(ingested: Path, tmp_path_factory) -> dict[str, list[tuple]]:
         timeout=900,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    return _results(db)
 
 
 def _results(db: Path) -> dict[str, list[tuple]]:
@@ -137,16 +142,7 @@ def _assert_whole_heads(db: Path) -> set[tuple]:
 
 
 def _rerun_equals(db: Path, reference: dict[str, list[tuple]]) -> None:
-    r = subprocess.run(
-        _qkwh("compute", "-w", str(db), "-j", "1"),
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    _compute(db)
     assert _results(db) == reference
 
 
