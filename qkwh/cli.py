@@ -399,7 +399,7 @@ def sql(
     """
     from qkwh import store
     from qkwh.errors import InputError, MissingFilesError
-    from qkwh.readonly import check_query, lock_down
+    from qkwh.readonly import check_query, error_text, lock_down
 
     if fmt not in ("table", "csv", "json"):
         raise InputError(f"--format must be table, csv or json, not {fmt!r}")
@@ -425,16 +425,9 @@ def sql(
         line = str(exc).splitlines()[0]
         if "the vectors of model" in line:  # a model's files are missing (the vectors views)
             raise MissingFilesError(line.split(": ", 1)[-1]) from None
-        raise QkwhError(_sql_error_text(exc)) from None
+        raise QkwhError(error_text(exc)) from None
     finally:
         con.close()
-
-
-def _sql_error_text(exc: Exception) -> str:
-    """DuckDB's whole message: its later lines hold the hints a SQL user needs ("Did you mean
-    "head_metrics"?", "Candidate bindings: ...", the LINE/caret of a syntax error).  Blank lines
-    are dropped; the caret lines keep their indentation."""
-    return "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
 
 
 def _cell(value) -> str:

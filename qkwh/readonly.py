@@ -33,14 +33,19 @@ LOCKDOWN = (
 )
 
 
+def error_text(exc: Exception) -> str:
+    """DuckDB's whole message: its later lines hold the hints a SQL user needs ("Did you mean
+    "head_metrics"?", "Candidate bindings: ...", the LINE/caret of a syntax error).  Blank lines
+    are dropped; the caret lines keep their indentation."""
+    return "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
+
+
 def check_query(query: str) -> None:
     """Raise unless ``query`` is exactly one read statement (see the module docstring)."""
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:  # the whole message: its LINE/caret lines show where
-        raise QkwhError(
-            "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
-        ) from None
+        raise QkwhError(error_text(exc)) from None
     if not statements:
         raise InputError('no SQL statement given: `qkwh sql "SELECT ..."`')
     if len(statements) > 1:
