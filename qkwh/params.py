@@ -90,7 +90,12 @@ class RunConfig:
     def analysis_params(self, analysis: str) -> dict[str, Any]:
         """The parameters that influence one analysis' results (used for its fingerprint)."""
         shared = {"seed": self.seed, "max_tokens_per_head": self.max_tokens_per_head}
-        return {**shared, analysis: dataclasses.asdict(self.params_of(analysis))}
+        uses = _registry().get(analysis).uses if analysis in _registry().names() else ()
+        return {
+            **shared,
+            analysis: dataclasses.asdict(self.params_of(analysis)),
+            **{u: dataclasses.asdict(self.params_of(u)) for u in uses},
+        }
 
     def fingerprint(self, analysis: str, code_version: str) -> str:
         """Stable id of (analysis, its parameters, code version): 16 hex characters."""

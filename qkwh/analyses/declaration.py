@@ -121,7 +121,11 @@ class Analysis:
     defaults; ``tables``: its output tables (at most one with one row per head); ``shared``:
     the per-head precomputations it reads (names of :data:`SHARED`); ``code``: extra source
     files (absolute paths) hashed into its code version; ``title``: one line for the docs;
-    ``doc``: its page under ``docs/metrics/`` (empty when it has none).
+    ``doc``: its page under ``docs/metrics/`` (empty when it has none); ``uses``: other
+    analyses whose parameters it reads (registered before it). Their sections enter its
+    parameter fingerprint and its ``run_config`` row, and its function receives them as
+    ``run(head, params, *, seed, shared, uses)`` with ``uses`` = {name: parameter object}
+    (the keyword is passed only to an analysis that declares ``uses``).
     """
 
     name: str
@@ -132,6 +136,7 @@ class Analysis:
     code: tuple[str, ...] = ()
     title: str = ""
     doc: str = ""
+    uses: tuple[str, ...] = ()
 
     @property
     def table_names(self) -> tuple[str, ...]:
@@ -172,6 +177,8 @@ class Analysis:
                 f"analysis {self.name}: unknown shared precomputation(s) {unknown}; "
                 f"known: {', '.join(SHARED)}"
             )
+        if self.name in self.uses or len(set(self.uses)) != len(self.uses):
+            raise ValueError(f"analysis {self.name}: uses must name other analyses, once each")
         fields = [t.udf_field for t in self.tables if not t.per_head]
         if len(set(fields)) != len(fields):
             raise ValueError(f"analysis {self.name}: two tables share the SQL field name")

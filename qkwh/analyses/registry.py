@@ -45,6 +45,11 @@ def register(analysis: Analysis, *, replace: bool = False) -> Analysis:
     analysis.check()
     if analysis.name in _REGISTRY and not replace:
         raise ValueError(f"analysis {analysis.name!r} is already registered")
+    missing = [u for u in analysis.uses if u not in _REGISTRY or u == analysis.name]
+    if missing:
+        raise ValueError(
+            f"analysis {analysis.name}: uses {missing}, which must be registered before it"
+        )
     taken = {
         t: a.name for a in _REGISTRY.values() if a.name != analysis.name for t in a.table_names
     }

@@ -172,7 +172,13 @@ def run_analyses(
     todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)
     shared = pre.precompute(head, todo, keys=keys)
     return {
-        a.name: pre.run_function(a)(head, config.params_of(a.name), seed=config.seed, shared=shared)
+        a.name: pre.run_function(a)(
+            head,
+            config.params_of(a.name),
+            seed=config.seed,
+            shared=shared,
+            **({"uses": {u: config.params_of(u) for u in a.uses}} if a.uses else {}),
+        )
         for a in todo
     }
 

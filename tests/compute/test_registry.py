@@ -408,6 +408,10 @@ def test_bad_declarations_are_refused():
         )
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.get("pca"))
+    with pytest.raises(ValueError, match="must be registered before it"):
+        registry.register(Analysis(**dict(base, name="toy", uses=("nosuch",))))
+    with pytest.raises(ValueError, match="uses must name other analyses"):
+        registry.register(Analysis(**dict(base, name="toy", uses=("toy",))))
     assert registry.names() == ("pca", "rotation", "plasticity")
 
 
@@ -591,3 +595,42 @@ def test_a_head_without_keys_fails_the_key_moments_with_the_head_checks_message(
         "plasticity_buckets"
     ]
     assert (buckets["n_eligible_keys"] == 0).all() and np.isnan(buckets["ap_bucket"]).all()
+
+
+def test_an_analysis_that_uses_another_gets_its_parameters_and_fingerprint(tmp_path: Path):
+    """``uses``: the used analysis's section reaches the function and the parameter fingerprint
+    (changing plasticity's parameters recomputes the user, not the other way round)."""
+    seen: list[dict] = []
+
+    def user_run(head, params, *, seed, shared, uses):
+        seen.append(uses)
+        res = AnalysisResult()
+        res.add("user_heads", {"p": np.array([uses["plasticity"].num_pairs_per_bucket])})
+        return res
+
+    user = Analysis(
+        name="user",
+        run=user_run,
+        params=ToyParams,
+        uses=("plasticity",),
+        tables=(Table("user_heads", columns=(("p", "BIGINT"),)),),
+    )
+    registry.register(user)
+    try:
+        base = RunConfig()
+        more = RunConfig.from_dict({"plasticity": {"num_pairs_per_bucket": 7}})
+        assert "plasticity" in base.analysis_params("user")
+        assert base.fingerprint("user", "v") != more.fingerprint("user", "v")
+        assert base.fingerprint("plasticity", "v") != more.fingerprint("plasticity", "v")
+        assert base.fingerprint("pca", "v") == more.fingerprint("pca", "v")
+        db = tmp_path / "wh.duckdb"
+        ingest(str(SAMPLE), warehouse=db, model_id="smollm2-135m")
+        compute(db, analyses=("user",), config=more, workers=1)
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            assert con.sql("SELECT DISTINCT p FROM user_heads").fetchall() == [(7,)]
+        finally:
+            con.close()
+        assert seen and all(set(u) == {"plasticity"} for u in seen)
+    finally:
+        registry.unregister("user")
