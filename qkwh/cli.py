@@ -566,7 +566,8 @@ def compute(
         typer.Option(
             "--analyses",
             "-a",
-            help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; default: all).",
+            help=f"Comma-separated subset of the registered analyses ({','.join(analysis_registry.names())}; "
+            f"default: {','.join(analysis_registry.default_names())}).",
         ),
     ] = None,
     workers: Annotated[
@@ -771,7 +772,9 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
     from qkwh.analyses import registry
     from qkwh.compute.units import code_version
 
-    config_ids = [cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.names())]
+    config_ids = [
+        cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.default_names())
+    ]
     con = store.connect(wh, read_only=True)
     try:
         n = con.execute(

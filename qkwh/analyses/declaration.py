@@ -125,7 +125,8 @@ class Analysis:
     analyses whose parameters it reads (registered before it). Their sections enter its
     parameter fingerprint and its ``run_config`` row, and its function receives them as
     ``run(head, params, *, seed, shared, uses)`` with ``uses`` = {name: parameter object}
-    (the keyword is passed only to an analysis that declares ``uses``).
+    (the keyword is passed only to an analysis that declares ``uses``); ``default``: computed
+    when a run names no analyses (False: opt-in, run only when asked for by name).
     """
 
     name: str
@@ -137,6 +138,7 @@ class Analysis:
     title: str = ""
     doc: str = ""
     uses: tuple[str, ...] = ()
+    default: bool = True
 
     @property
     def table_names(self) -> tuple[str, ...]:

@@ -70,6 +70,11 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def default_names() -> tuple[str, ...]:
+    """The analyses a run computes when it names none (every registered one not declared opt-in)."""
+    return tuple(n for n, a in _REGISTRY.items() if a.default)
+
+
 def analyses() -> tuple[Analysis, ...]:
     return tuple(_REGISTRY.values())
 

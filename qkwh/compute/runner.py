@@ -212,7 +212,7 @@ def compute(
     on_start: Callable[[int], None] | None = None,
     on_head: Callable[[str], None] | None = None,
 ) -> ComputeReport:
-    """Compute ``analyses`` (default: every registered one) for every analysable head of
+    """Compute ``analyses`` (default: every registered one not declared opt-in) for every analysable head of
     ``models`` (default: all).
 
     ``executor``: an :class:`Executor`, or its kind (``"pool"``, the default, or ``"ray"`` with
@@ -232,7 +232,7 @@ def compute(
     except ValueError as exc:
         raise InputError(f"run config: {exc}") from None
     known = registry.names()
-    analyses = known if analyses is None else tuple(analyses)
+    analyses = registry.default_names() if analyses is None else tuple(analyses)
     bad = [a for a in analyses if a not in known]
     if bad or not analyses:
         raise InputError(

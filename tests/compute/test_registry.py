@@ -634,3 +634,19 @@ def test_an_analysis_that_uses_another_gets_its_parameters_and_fingerprint(tmp_p
         assert seen and all(set(u) == {"plasticity"} for u in seen)
     finally:
         registry.unregister("user")
+
+
+def test_an_opt_in_analysis_is_left_out_of_the_default_set():
+    opt_in = Analysis(
+        name="optin",
+        run=toy_run,
+        params=ToyParams,
+        default=False,
+        tables=(Table("optin_heads", columns=(("x", "DOUBLE"),)),),
+    )
+    registry.register(opt_in)
+    try:
+        assert "optin" in registry.names() and "optin" not in registry.default_names()
+        assert registry.default_names() == ("pca", "rotation", "plasticity")
+    finally:
+        registry.unregister("optin")
