@@ -4,52 +4,86 @@ The tables equal the process pool's bit for bit; a Ray worker process killed whi
 task makes Ray retry the task and the run still writes every head exactly once; Ctrl-C (or any
 exception in the caller) cancels what is still queued.  Skipped with the reason when Ray cannot be
 imported (`make test` installs it: the `ray` extra).
+
+The cluster and every Ray driver (each `qkwh compute --executor ray`, the cancellation case) run
+in processes of their own (tests/compute/ray_processes.py): this process never connects to Ray,
+so no Ray state outlives a test, and each run connects once, as a user's `qkwh compute` does.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-ray = pytest.importorskip(
+pytest.importorskip(
     "ray", reason="Ray is not installed (pip install 'qkwh[ray]'; make test installs it)"
 )
 
-from qkwh import store  # noqa: E402
-from qkwh.cli import app  # noqa: E402
-from qkwh.compute.executors import RayExecutor  # noqa: E402
-from qkwh.compute.runner import compute  # noqa: E402
-from qkwh.config import load_execution, load_run_config  # noqa: E402
-from qkwh.ingest import ingest  # noqa: E402
-from qkwh.synth import write_dataset  # noqa: E402
-from tests.compute.test_compute import RESULT_TABLES, results  # noqa: E402
+from qkwh import store
+from qkwh.cli import app
+from qkwh.compute.runner import compute
+from qkwh.config import load_execution, load_run_config
+from qkwh.ingest import ingest
+from qkwh.synth import write_dataset
+from tests.compute.test_compute import RESULT_TABLES, results
 
+PROCESSES = Path(__file__).with_name("ray_processes.py")
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 N_HEADS = 8  # 2 layers x 4 query heads, 2 KV heads: 4 tasks of 2 heads
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head node and one worker node on this machine, 1 CPU each (Ray's own test utilities)."""
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    """The address of a head node and one worker node on this machine, 1 CPU each, kept by a
+    process of their own until the module is done (closing its stdin shuts them down)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(PROCESSES), "cluster"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     try:
-        c.add_node(num_cpus=1)
-        c.wait_for_nodes()
-        yield c
+        line = proc.stdout.readline()  # written once both nodes are up (or empty: it failed)
+        assert line, f"the Ray cluster process ended (exit {proc.wait()}) before its nodes were up"
+        info = json.loads(line)
+        assert info["nodes"] == 2
+        yield info["address"]
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
+        proc.stdin.close()
+        proc.wait(timeout=300)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    """This process's environment, with the repository importable (the workers of a run that
+    Ray starts inherit it through the driver)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def _qkwh(*args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "qkwh.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(**env),
+    )
+
+
+def _finished(proc: subprocess.Popen) -> str:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{err}"
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +121,9 @@ def pool_results(model, tmp_path_factory) -> dict:
 @pytest.mark.slow  # a 2-node Ray cluster
 def test_cli_ray_executor_writes_the_pools_tables(cluster, model, pool_results, tmp_path):
     db = _fresh(model, tmp_path, "ray")
-    r = runner.invoke(
-        app, ["compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster.address]
-    )
-    assert r.exit_code == 0, r.output + r.stderr
-    assert f"computed {N_HEADS} head(s)" in r.output
+    out = _finished(_qkwh("compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster))
+    assert f"computed {N_HEADS} head(s)" in out
     assert results(db) == pool_results  # every row of every table, bit for bit
-    # both nodes were in the cluster the run used
-    assert len(cluster.list_all_nodes()) == 2
 
 
 @pytest.mark.slow  # a 2-node Ray cluster
@@ -126,9 +155,20 @@ def test_ray_workers_stream_a_remote_branch_from_the_hub(
         )
         assert r.exit_code == 0, r.output + r.stderr
         hub.clear_log()
-        report = compute(db, executor="ray", ray_address=cluster.address)
+        out = _finished(
+            _qkwh(
+                "compute",
+                "-w",
+                str(db),
+                "--executor",
+                "ray",
+                "--ray-address",
+                cluster,
+                HF_ENDPOINT=hub.endpoint,
+            )
+        )
         fetched = {q.filename for q in hub.requests if q.method == "GET" and q.filename}
-    assert report.failures == [] and report.n_written == N_HEADS
+    assert f"computed {N_HEADS} head(s)" in out  # exit 0: no head failed
     assert fetched == {k for k in served if k.endswith(".parquet")}
     assert results(db) == pool_results
 
@@ -164,29 +204,18 @@ def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(
     cluster, model, pool_results, tmp_path
 ):
     db = _fresh(model, tmp_path, "killed")
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["report"] = compute(db, executor="ray", ray_address=cluster.address)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    proc = _qkwh("compute", "-w", str(db), "--executor", "ray", "--ray-address", cluster)
     killed = None
-    deadline = time.monotonic() + 120
-    while killed is None and thread.is_alive() and time.monotonic() < deadline:
+    while killed is None and proc.poll() is None:
         pids = _ray_task_pids()
         if pids:
             killed = pids[0]
             os.kill(killed, signal.SIGKILL)
-        time.sleep(0.05)
-    thread.join(timeout=300)
+        time.sleep(0.05)  # a polling interval: the kill waits for a task to be seen running
+    out = _finished(proc)
     assert killed is not None, "no Ray worker was seen running a task"
-    assert "error" not in outcome, outcome.get("error")
-    report = outcome["report"]
-    assert report.failures == [] and report.n_written == N_HEADS  # the lost task was run again
+    # the lost task was run again: every head written, none failed
+    assert f"computed {N_HEADS} head(s)" in out  # exit 0: no head failed
     con = store.connect(db, read_only=True)
     try:
         dup = con.execute(
@@ -203,63 +232,17 @@ def test_worker_killed_mid_task_is_retried_without_duplicate_or_missing_rows(
     assert results(db) == pool_results
 
 
-def _marked_task(item: tuple[str, int]) -> int:
-    """Test task: mark the start (with the worker's pid); task 0 returns at once, the others wait
-    for the file ``release`` (which the test creates only when it is done), then mark the end."""
-    folder, i = item
-    Path(folder, f"start-{i}").write_text(str(os.getpid()))
-    if i > 0:
-        deadline = time.monotonic() + 600  # a bound, so that a leaked task cannot run forever
-        while not Path(folder, "release").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-    Path(folder, f"end-{i}").touch()
-    return i
-
-
-class _Submissions:
-    """Wraps the executor's Ray task: keeps the reference of every task submitted."""
-
-    def __init__(self, task):
-        self.task, self.refs = task, []
-
-    def remote(self, *args):
-        ref = self.task.remote(*args)
-        self.refs.append(ref)
-        return ref
-
-
-def _interrupt_after_first_result(ex: RayExecutor, items: list, got: list) -> None:
-    for value in ex.map_unordered(_marked_task, items):
-        got.append(value)
-        raise KeyboardInterrupt  # what Ctrl-C does in the parent
-
-
 @pytest.mark.slow  # a 2-node Ray cluster
 def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path):
     """Tasks 1.. never finish on their own (they wait for a file), so no timing decides the
-    outcome: every task submitted after the first must end cancelled, none may have finished."""
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
-    items = [(str(tmp_path), i) for i in range(8)]
-    ex = RayExecutor(cluster.address, in_flight=2)
-    submitted = ex._task = _Submissions(ex._task)
-    try:
-        got: list[int] = []
-        with pytest.raises(KeyboardInterrupt):
-            _interrupt_after_first_result(ex, items, got)
-        assert got == [0]
-        # items 0 and 1 went in first; item 2 replaced item 0 when it finished: nothing beyond the
-        # in-flight window was submitted
-        assert len(submitted.refs) == 3
-        assert ray.get(submitted.refs[0], timeout=120) == 0
-        for ref in submitted.refs[1:]:  # queued or running, each one was cancelled
-            with pytest.raises(
-                (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)
-            ):
-                ray.get(ref, timeout=120)  # a task left running would hold this to the timeout
-    finally:
-        Path(tmp_path, "release").touch()  # frees any task a failure above left running
-        ex.close()
-    assert sorted(p.name for p in tmp_path.glob("end-*")) == [
-        "end-0"
-    ]  # running and queued tasks stopped
-    assert len(list(tmp_path.glob("start-*"))) <= 3
+    outcome: every task submitted after the first must end cancelled, none may have finished
+    (the checks are in ``ray_processes.cancel``, run as a driver of its own)."""
+    proc = subprocess.run(
+        [sys.executable, str(PROCESSES), "cancel", cluster, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("end-*")) == ["end-0"]
