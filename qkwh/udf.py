@@ -19,7 +19,8 @@ the bulk path's dispatch (:func:`qkwh.compute.work.run_analyses`) under the run 
 :func:`register` (default: the shipped ``configs/run.yaml``), so they return exactly the rows
 ``qkwh compute`` stores for the same head and parameters.  ``qkwh_rope(head)`` reads the RoPE
 planes of the head's layer from the catalog table ``rope_frequencies`` of the connection (loaded
-at :func:`register`); it returns NULL for a head whose model has no frequencies.
+at :func:`register`); for a head whose model has no frequencies its lists are empty (no rows,
+as ``qkwh compute`` stores none).
 """
 
 from __future__ import annotations
@@ -203,7 +204,9 @@ def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType, rope=No
                     else None
                 )
                 if head is not None and head.rope is None and analysis.name == ROPE_ANALYSIS:
-                    head = None  # frequencies unknown: NULL, like compute leaving the model out
+                    # frequencies unknown: no rows, as compute leaves the model out
+                    results.append(AnalysisResult())
+                    continue
                 results.append(
                     None if head is None else run_analyses(head, (analysis,), config)[analysis.name]
                 )

@@ -49,5 +49,5 @@ def unknown_frequency_warning(model_id: str) -> str:
     """The one line compute prints for a model left out of the rope analysis."""
     return (
         f"model {model_id!r}: RoPE frequencies unknown, so the {ROPE_ANALYSIS} analysis is left "
-        "out for it (the other analyses run); see the rope_frequencies finding in `qkwh models`"
+        f"out for it (the other analyses run); `qkwh findings {model_id}` says what is missing"
     )
