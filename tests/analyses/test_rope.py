@@ -326,3 +326,76 @@ def test_shared_fixture_heads(shared_fixture: Path, tmp_path: Path):
         t = table(out, rope.BAND_PLASTICITY)
         assert set(t["band"]) == {"high", "mid", "low"}
         assert np.isfinite(t["ap_bucket"]).any()
+
+
+# ---------------------------------------------------------------------------------------------
+# Planted: the position drift in one band (qkwh synth --set drift_plane_first/last)
+# ---------------------------------------------------------------------------------------------
+
+
+def _planted(tmp_path: Path, first: int, last: int) -> tuple[str, str]:
+    """Write a one-head synthetic model whose drift axis lies in RoPE planes first..last, ingest
+    it (frequencies from its recorded rope_theta 10000: planes 0-15 high, 16-24 mid, 25-31 low),
+    compute rope, and return (the band with the lowest far-bucket plasticity, the band whose
+    logit falls most with distance)."""
+    from qkwh.compute.runner import compute
+    from qkwh.ingest import ingest
+
+    data, db = tmp_path / f"p{first}", tmp_path / f"p{first}.duckdb"
+    r = CliRunner().invoke(
+        app,
+        [
+            *("synth", str(data), "--layers", "1", "--q-heads", "1", "--kv-heads", "1"),
+            *("--set", f"drift_plane_first={first}", "--set", f"drift_plane_last={last}"),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    ingest(str(data), warehouse=db, model_id="planted")
+    report = compute(db, workers=1, analyses=("rope",))
+    assert report.failures == [] and report.n_written == 1
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        far = con.execute(
+            "SELECT band FROM rope_band_plasticity WHERE variant = 'only' AND q_bucket >= 8 "
+            "GROUP BY band ORDER BY avg(ap_bucket) LIMIT 1"
+        ).fetchone()[0]
+        decay = con.execute(
+            "SELECT band FROM rope_band_logits GROUP BY band ORDER BY "
+            "max(logit_mean) FILTER (WHERE distance_bin = 0) "
+            "- max(logit_mean) FILTER (WHERE distance_bin = 14) DESC LIMIT 1"
+        ).fetchone()[0]
+        return far, decay
+    finally:
+        con.close()
+
+
+def test_planted_band_is_the_one_where_position_wins(tmp_path: Path):
+    """The drift puts a shared, position-driven term mu_q_a * alpha_k * (s - centre) in the
+    logits of the planted dims: every query orders two keys far apart the same way, so the
+    planted band's `only` plasticity is the lowest at far buckets (q_bucket >= 8, tau >= L/2,
+    where the eligible keys spread widest in position), and its logit contribution falls most
+    from distance bin 0 to bin 14.  Moving the drift to another band moves both."""
+    assert _planted(tmp_path, 25, 31) == ("low", "low")
+    assert _planted(tmp_path, 0, 15) == ("high", "high")
+
+
+def test_synth_drift_planes_are_checked_and_leave_the_default_bytes_alone(tmp_path: Path):
+    r = CliRunner().invoke(app, ["synth", str(tmp_path / "bad"), "--set", "drift_plane_first=40"])
+    assert r.exit_code != 0 and "drift_plane_first=40" in r.output
+    a = synth.write_dataset(tmp_path / "a", n_layers=1, n_q_heads=1, n_kv_heads=1, rows_per_file=50)
+    b = synth.write_dataset(
+        tmp_path / "b",
+        n_layers=1,
+        n_q_heads=1,
+        n_kv_heads=1,
+        rows_per_file=50,
+        drift_plane_first=-1,
+        drift_plane_last=-1,
+    )
+    for f in sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file()):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    frame = synth.make_frame(np.random.default_rng(0), 64, 2, drift_dims=[25, 57])
+    assert_allclose(np.abs(frame.a[[25, 57]]).sum() > 0, True)
+    assert_allclose(np.delete(frame.a, [25, 57]), 0.0, atol=0)
+    basis = np.column_stack([frame.a, frame.b, *frame.planes.reshape(4, 64)])
+    assert_allclose(basis.T @ basis, np.eye(6), atol=1e-12)
