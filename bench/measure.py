@@ -34,6 +34,9 @@ from qkwh.compute.work import HeadOutcome, group_key_rows, head_data, run_analys
 from qkwh.params import ANALYSES, RunConfig
 from qkwh.sniffed.reader import read_file
 
+#: the three analyses the "all three" rows time together (the opt-in rope analysis has its own)
+THREE: tuple[str, ...] = ("pca", "rotation", "plasticity")
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 MiB = 1024 * 1024
@@ -274,16 +277,21 @@ def fresh_ingest(spec: ModelSpec, data: Path, out: Path) -> tuple[Path, float]:
 
 
 def plan_tasks(db: Path, model_id: str, config: RunConfig) -> list[GroupTask]:
-    """The compute's task list (every head, every analysis), planned as ``runner.compute`` does."""
+    """The compute's task list (every head, every analysis, with the layers' RoPE planes),
+    planned as ``runner.compute`` does."""
     from qkwh import store
+    from qkwh.compute.frequencies import load_rope_planes
     from qkwh.compute.runner import load_units
 
     con = store.connect(db, read_only=True)
     try:
         units = load_units(con, [model_id])
+        rope = load_rope_planes(con, [model_id])
     finally:
         con.close()
-    return plan(units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True)
+    return plan(
+        units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True, rope=rope
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,9 +422,10 @@ RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "pca": ("pca", ("pca",), SAMPLED),
     "rotation": ("rotation", ("rotation",), SAMPLED),
     "plasticity": ("plasticity (sampled)", ("plasticity",), SAMPLED),
-    "all": ("all three (sampled)", ANALYSES, SAMPLED),
+    "all": ("all three (sampled)", THREE, SAMPLED),
+    "rope": ("rope (only)", ("rope",), SAMPLED),
     "plasticity-exhaustive": ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
-    "all-exhaustive": ("all three (exhaustive)", ANALYSES, EXHAUSTIVE),
+    "all-exhaustive": ("all three (exhaustive)", THREE, EXHAUSTIVE),
     "plasticity-empirical": ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
     "plasticity-empirical-exhaustive": (
         "plasticity (exhaustive, empirical)",
@@ -496,21 +505,23 @@ SCALING_COLUMNS = (
     ("plasticity (sampled)", ("plasticity",), SAMPLED),
     ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
-    ("all three (sampled)", ANALYSES, SAMPLED),
+    ("all three (sampled)", THREE, SAMPLED),
+    ("rope (only)", ("rope",), SAMPLED),
 )
 #: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
 GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
 
 def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> list:
-    """The head units of a benchmark model of ``heads`` heads x ``rows`` vectors (generated and
-    ingested into a scratch warehouse if needed; the warehouse is removed, the files stay)."""
+    """(head unit, its layer's RoPE planes) of a benchmark model of ``heads`` heads x ``rows``
+    vectors (generated and ingested into a scratch warehouse if needed; the warehouse is removed,
+    the files stay)."""
     spec = ModelSpec(heads=heads, rows=rows)
     data, _ = ensure_dataset(spec, out, log)
     db, _ = fresh_ingest(spec, data, out)
     tasks = plan_tasks(db, spec.model_id, config)
     shutil.rmtree(db.parent, ignore_errors=True)
-    return [u for t in tasks for u in t.heads]
+    return [(u, t.rope) for t in tasks for u in t.heads]
 
 
 def scaling(
@@ -539,8 +550,8 @@ def scaling(
                 tries.append(time.process_time() - c0)
             return min(tries)
 
-        for i, unit in enumerate(units):
-            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
+        for i, (unit, rope) in enumerate(units):
+            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED, rope)
             if i == 0:  # warm-up
                 for _, analyses, cfg in cols[1:]:
                     run_analyses(head, analyses, cfg)
@@ -552,7 +563,7 @@ def scaling(
         # as qkwh compute runs them: the k file read once per GQA group, and what the group's
         # heads compute from the keys alone shared (the time per head is the group's / its size)
         groups: dict[str, list] = {}
-        for unit in units:
+        for unit, _ in units:
             groups.setdefault(str(unit.k_path), []).append(unit)
         read_g, all_g = GROUP_COLUMNS
         times[read_g], times[all_g] = [], []
@@ -567,7 +578,7 @@ def scaling(
             def analyse_group(loaded=loaded) -> None:
                 keys = precompute.KeyCache()
                 for head in loaded:
-                    run_analyses(head, ANALYSES, SAMPLED, keys=keys)
+                    run_analyses(head, THREE, SAMPLED, keys=keys)
 
             times[read_g] += [best(read_group) / len(group)] * len(group)
             times[all_g] += [best(analyse_group) / len(group)] * len(group)
@@ -680,7 +691,7 @@ def exhaustive_blas_floor(
         "per-example Gram matrices of the eligible keys (batched)": [],
     }
     with threadpool_limits(limits=1):
-        for unit in units:
+        for unit, _ in units:
             head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
             d = head.q.shape[1]
             a = rng.standard_normal((d, d))
@@ -736,12 +747,12 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     """
     keep_freed_memory()  # as in a compute worker
     units = model_units(heads, rows, out, config, log)
-    loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u in units]
-    run_analyses(loaded[0], ANALYSES, config)  # warm-up
+    loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u, _ in units]
+    run_analyses(loaded[0], THREE, config)  # warm-up
     prof = cProfile.Profile()
     prof.enable()
     for head in loaded:
-        run_analyses(head, ANALYSES, config)
+        run_analyses(head, THREE, config)
     prof.disable()
     buf = io.StringIO()
     st = pstats.Stats(prof, stream=buf)
