@@ -31,11 +31,8 @@ from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
 from qkwh.compute.work import HeadOutcome, group_key_rows, head_data, run_analyses
-from qkwh.params import ANALYSES, RunConfig
+from qkwh.params import RunConfig
 from qkwh.sniffed.reader import read_file
-
-#: the three analyses the "all three" rows time together (the opt-in rope analysis has its own)
-THREE: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -48,6 +45,10 @@ FULL = {
     "scaling_heads": 16,
     "scaling_rows": "2000,8000,32000",
 }
+
+#: the three per-head analyses the runs time together ("all three"); the opt-in ones (rope, ...)
+#: are not among them
+ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,10 +423,10 @@ RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "pca": ("pca", ("pca",), SAMPLED),
     "rotation": ("rotation", ("rotation",), SAMPLED),
     "plasticity": ("plasticity (sampled)", ("plasticity",), SAMPLED),
-    "all": ("all three (sampled)", THREE, SAMPLED),
+    "all": ("all three (sampled)", ANALYSES, SAMPLED),
     "rope": ("rope (only)", ("rope",), SAMPLED),
     "plasticity-exhaustive": ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
-    "all-exhaustive": ("all three (exhaustive)", THREE, EXHAUSTIVE),
+    "all-exhaustive": ("all three (exhaustive)", ANALYSES, EXHAUSTIVE),
     "plasticity-empirical": ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
     "plasticity-empirical-exhaustive": (
         "plasticity (exhaustive, empirical)",
@@ -505,7 +506,7 @@ SCALING_COLUMNS = (
     ("plasticity (sampled)", ("plasticity",), SAMPLED),
     ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
-    ("all three (sampled)", THREE, SAMPLED),
+    ("all three (sampled)", ANALYSES, SAMPLED),
     ("rope (only)", ("rope",), SAMPLED),
 )
 #: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
@@ -578,7 +579,7 @@ def scaling(
             def analyse_group(loaded=loaded) -> None:
                 keys = precompute.KeyCache()
                 for head in loaded:
-                    run_analyses(head, THREE, SAMPLED, keys=keys)
+                    run_analyses(head, ANALYSES, SAMPLED, keys=keys)
 
             times[read_g] += [best(read_group) / len(group)] * len(group)
             times[all_g] += [best(analyse_group) / len(group)] * len(group)
@@ -748,11 +749,11 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     keep_freed_memory()  # as in a compute worker
     units = model_units(heads, rows, out, config, log)
     loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u, _ in units]
-    run_analyses(loaded[0], THREE, config)  # warm-up
+    run_analyses(loaded[0], ANALYSES, config)  # warm-up
     prof = cProfile.Profile()
     prof.enable()
     for head in loaded:
-        run_analyses(head, THREE, config)
+        run_analyses(head, ANALYSES, config)
     prof.disable()
     buf = io.StringIO()
     st = pstats.Stats(prof, stream=buf)
