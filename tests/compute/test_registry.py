@@ -129,7 +129,8 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
     config = RunConfig().with_overrides(
         {"max_tokens_per_head": "700", "plasticity.empirical": "true"}
     )
-    report = compute(windowed, workers=1, config=config)
+    analyses = (*registry.default_names(), "rope")  # the opt-in rope too
+    report = compute(windowed, workers=1, config=config, analyses=analyses)
     assert report.failures == [] and report.n_written == N_HEADS
     con = duckdb.connect(str(windowed), read_only=True)
     # the fixture is what it claims: a window on every head, rows not in (example, position)
@@ -141,7 +142,7 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
     assert list(zip(t[1], t[0])) != sorted(zip(t[1], t[0])) and len(t[0]) > 700
     assert con.execute("SELECT DISTINCT n_q FROM plasticity_heads").fetchall() == [(700,)]
     con.close()
-    _assert_sql_equals_bulk(windowed, config, registry.names())
+    _assert_sql_equals_bulk(windowed, config, analyses)  # what compute ran
 
 
 def test_the_window_changes_what_plasticity_counts(windowed: Path):
@@ -248,10 +249,7 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(
     from qkwh.compute import writer
     from qkwh.params import ANALYSES
 
-    assert (
-        ANALYSES == ("pca", "rotation", "plasticity", "toy")
-        and "toy_buckets" in store.COMPUTE_TABLES
-    )
+    assert (*registry.BUILTIN, "toy") == ANALYSES and "toy_buckets" in store.COMPUTE_TABLES
     assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
@@ -412,12 +410,12 @@ def test_bad_declarations_are_refused():
         registry.register(Analysis(**dict(base, name="toy", uses=("nosuch",))))
     with pytest.raises(ValueError, match="uses must name other analyses"):
         registry.register(Analysis(**dict(base, name="toy", uses=("toy",))))
-    assert registry.names() == ("pca", "rotation", "plasticity")
+    assert registry.names() == registry.BUILTIN
 
 
 def test_run_config_sections_follow_the_registry():
     cfg = RunConfig()
-    assert cfg.to_dict().keys() == {"seed", "max_tokens_per_head", "pca", "rotation", "plasticity"}
+    assert cfg.to_dict().keys() == {"seed", "max_tokens_per_head", *registry.BUILTIN}
     assert cfg.plasticity is cfg.params_of("plasticity") and cfg.plasticity.cov_mode == "full"
     with pytest.raises(AttributeError):
         cfg.nonsense  # noqa: B018
@@ -497,7 +495,11 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
 
 def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
     """Query heads of one GQA group: their own query rows, the very same key arrays."""
+    from qkwh.analyses.rope import layer_planes
+    from qkwh.analyses.rope_frequencies import default_inv_freq
+
     rng = np.random.default_rng(11)
+    rope = layer_planes(d, default_inv_freq(1e4, d), bucket_size=64, context_length=320)
     k = rng.standard_normal((n, d)).astype(np.float32)
     k_pos = rng.permutation(n).astype(np.int64)
     k_ex, k_bkt = k_pos % 5, k_pos // 64
@@ -517,6 +519,7 @@ def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
                 context_length=320,
                 bucket_size=64,
                 q_head=h,
+                rope=rope,
             )
         )
     return heads
