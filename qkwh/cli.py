@@ -630,6 +630,16 @@ def compute(
             help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.",
         ),
     ] = None,
+    documents: Annotated[
+        int | None,
+        typer.Option(
+            "--documents",
+            metavar="[G]",
+            is_flag=False,
+            flag_value=10,
+            help="Also run the document-group jackknife (the opt-in analysis uncertainty, docs/metrics/jackknife.md) with G document groups (default 10): --analyses ...,uncertainty -p uncertainty.document_groups=G. About G times the cost of the other analyses.",
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
@@ -659,6 +669,8 @@ def compute(
         from qkwh.runs import check_name
 
         check_name(name)
+    if documents is not None:  # --documents [G]: the jackknife, with G groups
+        param = [*(param or []), f"uncertainty.document_groups={documents}"]
     wh = _existing_warehouse(warehouse)
     cfg, covered = (
         _named_config(name, wh)
@@ -669,6 +681,9 @@ def compute(
     names = (
         tuple(_split([analyses]) or []) if analyses is not None else covered
     )  # a named set: its analyses
+    if documents is not None:
+        base = names if names is not None else analysis_registry.default_names()
+        names = tuple(dict.fromkeys((*base, "uncertainty")))
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names, cfg)
