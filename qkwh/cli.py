@@ -552,7 +552,22 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-@app.command()
+class _ComputeCommand(typer.core.TyperCommand):
+    """``compute`` with ``--documents`` usable without its value (``--documents [G]``): G is
+    then the declared default of ``uncertainty.document_groups``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--documents" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                default = analysis_registry.get("uncertainty").default_params().document_groups
+                args.insert(i + 1, str(default))
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_ComputeCommand)
 @_friendly
 def compute(
     model: Annotated[
@@ -635,8 +650,6 @@ def compute(
         typer.Option(
             "--documents",
             metavar="[G]",
-            is_flag=False,
-            flag_value=10,
             help="Also run the document-group jackknife (the opt-in analysis uncertainty, docs/metrics/jackknife.md) with G document groups (default 10): --analyses ...,uncertainty -p uncertainty.document_groups=G. About G times the cost of the other analyses.",
         ),
     ] = None,
