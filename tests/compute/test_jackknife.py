@@ -166,3 +166,45 @@ def test_a_leave_group_out_value_is_a_fresh_compute_without_the_group(
                 assert _same(got[(layer, q_head, name)], want), (analysis, name)
                 n += 1
     assert n == len(got)
+
+
+def test_the_sql_function_returns_the_stored_rows(computed: Path):
+    """`qkwh_uncertainty(head)` (qkwh.udf) gives the rows compute stored, value for value."""
+    import duckdb
+
+    from qkwh import udf
+    from qkwh.config import load_run_config
+
+    config = load_run_config(
+        params=[f"uncertainty.document_groups={G}", "plasticity.pairs=exhaustive"]
+    )
+    con = duckdb.connect(str(computed), read_only=True)
+    try:
+        udf.register(con, config)
+        got = con.execute(
+            "SELECT layer, q_head, qkwh_uncertainty(h) FROM head_inputs('synth-a') AS h"
+        ).fetchall()
+    finally:
+        con.close()
+    sql_rows = sorted(
+        (layer, q_head, r["doc_group"], r["metric"], r["value"])
+        for layer, q_head, s in got
+        for r in s["metrics"]
+    )
+    stored = rows(
+        computed,
+        "SELECT layer, q_head, doc_group, metric, value FROM head_jackknife ORDER BY ALL",
+    )
+    assert len(sql_rows) == len(stored) > 0
+    assert repr(sql_rows) == repr(sorted(stored))
+    sql_buckets = sorted(
+        (layer, q_head, r["q_bucket"], r["doc_group"], r["ap_bucket"], r["n_queries"])
+        for layer, q_head, s in got
+        for r in s["buckets"]
+    )
+    stored = rows(
+        computed,
+        "SELECT layer, q_head, q_bucket, doc_group, ap_bucket, n_queries "
+        "FROM plasticity_buckets_jackknife ORDER BY ALL",
+    )
+    assert repr(sql_buckets) == repr(sorted(stored))
