@@ -249,7 +249,7 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(
     from qkwh.params import ANALYSES
 
     assert (
-        ANALYSES == ("pca", "rotation", "plasticity", "toy")
+        ANALYSES == ("pca", "rotation", "plasticity", "rope", "toy")
         and "toy_buckets" in store.COMPUTE_TABLES
     )
     assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
@@ -412,12 +412,19 @@ def test_bad_declarations_are_refused():
         registry.register(Analysis(**dict(base, name="toy", uses=("nosuch",))))
     with pytest.raises(ValueError, match="uses must name other analyses"):
         registry.register(Analysis(**dict(base, name="toy", uses=("toy",))))
-    assert registry.names() == ("pca", "rotation", "plasticity")
+    assert registry.names() == ("pca", "rotation", "plasticity", "rope")
 
 
 def test_run_config_sections_follow_the_registry():
     cfg = RunConfig()
-    assert cfg.to_dict().keys() == {"seed", "max_tokens_per_head", "pca", "rotation", "plasticity"}
+    assert cfg.to_dict().keys() == {
+        "seed",
+        "max_tokens_per_head",
+        "pca",
+        "rotation",
+        "plasticity",
+        "rope",
+    }
     assert cfg.plasticity is cfg.params_of("plasticity") and cfg.plasticity.cov_mode == "full"
     with pytest.raises(AttributeError):
         cfg.nonsense  # noqa: B018
