@@ -30,7 +30,12 @@ FULL_MODEL = MODELS[0].model_id  # every head has band low / only = the full hea
 NOPE_MODEL = MODELS[1].model_id
 NOPE_LAYER = 21
 ROPE_CONFIG = "cfg-rope"
-INV_FREQ = [1.0, 0.1, 1e-3, 1e-6]  # radians per token of planes 0..3
+INV_FREQ = [
+    1.0,
+    1e-2,
+    2e-4,
+    1e-6,
+]  # radians per token of planes 0..3 (bands for m = 8192, L = 131072)
 BANDS = ["high", "high", "mid", "low"]  # band of planes 0..3
 #: (band, variant) -> factor on the head's bucket AP (low / only: the full head itself)
 SCALES = {
