@@ -185,11 +185,31 @@ def default_rope_planes(context_length: int) -> list[tuple[float, float]]:
     return [(plane_frequency(k, context_length), amp) for k, amp in DEFAULT_ROPE_PERIODS]
 
 
-def make_frame(rng: np.random.Generator, d: int, n_planes: int = 0) -> Frame:
-    """Random orthonormal frame: a, b and ``n_planes`` planes (needs d >= 2 + 2 n_planes)."""
+def make_frame(
+    rng: np.random.Generator,
+    d: int,
+    n_planes: int = 0,
+    drift_dims: Sequence[int] | np.ndarray | None = None,
+) -> Frame:
+    """Random orthonormal frame: a, b and ``n_planes`` planes (needs d >= 2 + 2 n_planes).
+
+    ``drift_dims``: head dims the drift axis a is confined to (a random unit vector of their
+    span; b and the planes are then orthonormal to a over all dims).  None: a is free (the
+    frame drawn without it is unchanged).
+    """
     if d < 2 + 2 * n_planes:
         raise ValueError(f"d={d} too small for axes a, b and {n_planes} rotation planes")
     basis, _ = np.linalg.qr(rng.standard_normal((d, 2 + 2 * n_planes)))
+    if drift_dims is not None:
+        dims = np.unique(np.asarray(drift_dims, dtype=np.int64))
+        if dims.size == 0 or dims[0] < 0 or dims[-1] >= d:
+            raise ValueError(f"drift dims must be within 0..{d - 1}")
+        a = np.zeros(d)
+        a[dims] = rng.standard_normal(dims.size)
+        a /= np.linalg.norm(a)
+        rest = basis[:, 1:] - np.outer(a, a @ basis[:, 1:])  # the others, made orthogonal to a
+        others, _ = np.linalg.qr(rest)
+        basis = np.column_stack([a, others])
     planes = basis[:, 2:].T.reshape(n_planes, 2, d)
     return Frame(
         a=basis[:, 0].copy(),
@@ -419,6 +439,10 @@ SYNTH_KNOBS: dict[str, str] = {
     "noise_sd": "s.d. of the isotropic Gaussian content noise (vector units)",
     "param_jitter": "relative s.d. of a per-head multiplicative jitter of the slopes, means and separation",
     "layer_drift_decay": "drift_scale of layer l is multiplied by exp(-layer_drift_decay · l / layers)",
+    "drift_plane_first": "first RoPE plane (layout half: dims i and i + d/2) the drift axis a is "
+    "confined to; -1: a spans every dim",
+    "drift_plane_last": "last such plane (-1: the last plane); with rope_theta 10000 recorded, "
+    "d = 64, m = 512 and L_ctx = 8192, planes 0-15 are high, 16-24 mid, 25-31 low",
 }
 
 
@@ -433,6 +457,22 @@ def knobs_markdown() -> str:
     lines = ["| knob | default | what it plants |", "|---|---|---|"]
     lines += [f"| `{k}` | `{v:g}` | {SYNTH_KNOBS[k]} |" for k, v in knob_defaults().items()]
     return "\n".join(lines) + "\n"
+
+
+def _drift_dims(first: float, last: float, d: int) -> np.ndarray | None:
+    """Head dims of the RoPE planes first..last (layout half over d dims), None for -1 and -1."""
+    if first == -1 and last == -1:
+        return None
+    n_planes = d // 2
+    lo = 0 if first == -1 else first
+    hi = n_planes - 1 if last == -1 else last
+    if lo != int(lo) or hi != int(hi) or not 0 <= lo <= hi < n_planes:
+        raise ValueError(
+            f"drift_plane_first={first:g}, drift_plane_last={last:g}: need whole plane numbers "
+            f"0 <= first <= last <= {n_planes - 1} (d = {d} has {n_planes} planes), or -1"
+        )
+    planes = np.arange(int(lo), int(hi) + 1)
+    return np.concatenate([planes, planes + n_planes])
 
 
 def write_dataset(
@@ -451,6 +491,8 @@ def write_dataset(
     seed: int = 0,
     param_jitter: float = 0.0,
     layer_drift_decay: float = 0.0,
+    drift_plane_first: int = -1,
+    drift_plane_last: int = -1,
     **planted_kwargs: Any,
 ) -> Path:
     """Write a synthetic model in the qk-sniffer layout and return ``root``.
@@ -474,6 +516,10 @@ def write_dataset(
     param_jitter : relative s.d. of per-head multiplicative jitter on alpha_*, mu_*_a, separation
         (K-side parameters jitter per kv group, Q-side per query head)
     layer_drift_decay : drift_scale of layer ℓ is multiplied by exp(-layer_drift_decay · ℓ / n_layers)
+    drift_plane_first, drift_plane_last : confine the drift axis a to the RoPE planes first..last
+        (layout half, the frequencies of the recorded ``rope_theta`` over all d dims: plane i is
+        dims i and i + d/2), so that the position drift sits in one frequency band; -1 and -1:
+        a spans every dim (default); -1 as last: up to the last plane
     planted_kwargs : any other :func:`make_head` parameter (alpha_q, alpha_k, mu_q_a, mu_k_a,
         separation, mu_b, rope_planes, rope_phase_sd, noise_sd, drift_scale)
     """
@@ -512,6 +558,7 @@ def write_dataset(
     defaults = {name: make_head.__kwdefaults__[name] for name in allowed}  # type: ignore[index]
     p = {**defaults, **planted_kwargs}
     freqs, amps = _split_planes(p["rope_planes"], context_length)
+    drift_dims = _drift_dims(drift_plane_first, drift_plane_last, d)
     centre = (context_length - 1) / 2.0
     layout = dict(n_examples=n_examples, context_length=context_length, bucket_size=bucket_size)
     common = dict(
@@ -535,7 +582,7 @@ def write_dataset(
         qpos = sample_positions(_rng(seed, "qpos", layer), rows_per_file, **layout)
         kpos = sample_positions(_rng(seed, "kpos", layer), rows_per_file, **layout)
         for kh in sorted({h // ratio for h in q_heads}):
-            frame = make_frame(_rng(seed, "frame", layer, kh), d, len(freqs))
+            frame = make_frame(_rng(seed, "frame", layer, kh), d, len(freqs), drift_dims)
             kr = _rng(seed, "kparams", layer, kh)
             sep_k = _jitter(kr, p["separation"], param_jitter)
             k_par = dict(
@@ -589,6 +636,7 @@ def write_dataset(
                         "noise_sd": p["noise_sd"],
                         "rope_frequencies": freqs.tolist(),
                         "rope_amplitudes": amps.tolist(),
+                        **({} if drift_dims is None else {"drift_dims": drift_dims.tolist()}),
                     }
                 )
 

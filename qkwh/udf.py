@@ -17,7 +17,10 @@ The functions build the head with the bulk path's builder
 (:func:`qkwh.compute.work.build_head`, including the max_tokens_per_head cap) and run it with
 the bulk path's dispatch (:func:`qkwh.compute.work.run_analyses`) under the run config given to
 :func:`register` (default: the shipped ``configs/run.yaml``), so they return exactly the rows
-``qkwh compute`` stores for the same head and parameters.
+``qkwh compute`` stores for the same head and parameters.  ``qkwh_rope(head)`` reads the RoPE
+planes of the head's layer from the catalog table ``rope_frequencies`` of the connection (loaded
+at :func:`register`); for a head whose model has no frequencies its lists are empty (no rows,
+as ``qkwh compute`` stores none).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pyarrow as pa
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis, Table
 from qkwh.analyses.types import AnalysisResult
+from qkwh.compute.frequencies import ROPE_ANALYSIS, load_rope_planes
 from qkwh.params import RunConfig
 
 #: the argument of every analysis function: one row of ``head_inputs(model_id)``
@@ -86,8 +90,9 @@ def _ints(values: pa.Array) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _head(row: dict[str, pa.Scalar], config: RunConfig):
-    """The :class:`HeadData` of one ``head_inputs`` row, or None when it has no q or no k rows."""
+def _head(row: dict[str, pa.Scalar], config: RunConfig, rope=None):
+    """The :class:`HeadData` of one ``head_inputs`` row, or None when it has no q or no k rows.
+    ``rope``: (model_id, layer) -> RoPE planes (:func:`qkwh.compute.frequencies.load_rope_planes`)."""
     from qkwh.compute.work import build_head
 
     if not row["q"].is_valid or not row["k"].is_valid:
@@ -105,6 +110,7 @@ def _head(row: dict[str, pa.Scalar], config: RunConfig):
         _ints(row["k_bucket"].values),
     )
     layer, q_head = row["layer"].as_py(), row["q_head"].as_py()
+    model_id = row["model_id"].as_py()
     return build_head(
         q,
         k,
@@ -114,7 +120,8 @@ def _head(row: dict[str, pa.Scalar], config: RunConfig):
         layer=layer,
         q_head=q_head,
         config=config,
-        label=f"{row['model_id'].as_py()} L{layer}H{q_head}",
+        label=f"{model_id} L{layer}H{q_head}",
+        rope=(rope or {}).get((model_id, layer)),
     )
 
 
@@ -177,7 +184,7 @@ def _structs(
     return pa.StructArray.from_arrays(children, fields=list(typ), mask=mask)
 
 
-def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType):
+def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType, rope=None):
     def fn(heads: pa.Array | pa.ChunkedArray) -> pa.Array:
         from threadpoolctl import threadpool_limits
 
@@ -192,10 +199,14 @@ def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType):
         with threadpool_limits(limits=1):
             for i in range(len(heads)):
                 head = (
-                    _head({name: columns[name][i] for name in names}, config)
+                    _head({name: columns[name][i] for name in names}, config, rope)
                     if heads[i].is_valid
                     else None
                 )
+                if head is not None and head.rope is None and analysis.name == ROPE_ANALYSIS:
+                    # frequencies unknown: no rows, as compute leaves the model out
+                    results.append(AnalysisResult())
+                    continue
                 results.append(
                     None if head is None else run_analyses(head, (analysis,), config)[analysis.name]
                 )
@@ -215,6 +226,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
     config.validate()
     analyses = registry.analyses()
     columns = table_columns(tuple(t for a in analyses for t in a.tables))
+    rope = load_rope_planes(con) if ROPE_ANALYSIS in registry.names() else {}
     for analysis in analyses:
         ret = return_type(analysis, columns)
         try:
@@ -223,7 +235,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
             pass
         con.create_function(
             analysis.udf_name,
-            _function(analysis, config, _arrow_type(ret)),
+            _function(analysis, config, _arrow_type(ret), rope),
             [HEAD_STRUCT],
             ret,  # type: ignore[call-overload]
             type="arrow",

@@ -350,6 +350,7 @@ def analyse(
     seed: int,
     moments: QueryMoments | None = None,
     keys: KeyLayout | None = None,
+    diagnostics: bool = True,
 ) -> AnalysisResult:
     """Attention plasticity of one head -> the four ``plasticity_*`` tables (docs/metrics/plasticity.md).
 
@@ -363,6 +364,8 @@ def analyse(
         (shared with PCA and rotation); built here otherwise.
     keys : the head's :func:`key_layout` when already computed (shared by the heads of a GQA
         group); built here otherwise.
+    diagnostics : False leaves the q_* diagnostics of ``plasticity_heads`` NaN (the RoPE band
+        analysis reads the buckets only); nothing else depends on them.
 
     Degenerate input never raises: no keys, n_q < 2, buckets with n_j < 2 or no admissible pair
     produce rows with NaN plasticity.  Inconsistent shapes raise ``ValueError`` naming the array.
@@ -431,7 +434,11 @@ def analyse(
     apply_householder(Qc, v, inplace=True)
     apply_householder(K, v, inplace=True)
     Kr = K
-    diag = _q_diagnostics(t, Qc, reg, beta_norm, params, seed) if n_q >= 2 else _nan_diagnostics()
+    diag = (
+        _q_diagnostics(t, Qc, reg, beta_norm, params, seed)
+        if n_q >= 2 and diagnostics
+        else _nan_diagnostics()
+    )
     if n_q >= 1:
         pos_model = PositionalModel.fit(t, Qc[:, 0] + qbar_rot[0], beta_norm)
     else:

@@ -15,6 +15,33 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class RopePlanes:
+    """The RoPE planes of one model layer, from the warehouse catalog ``rope_frequencies``
+    (docs/tables.md), one entry per plane (rotated planes first, then one per unrotated dim).
+
+    Attributes
+    ----------
+    plane, dim_a : (P,) int64 plane numbers and first dims
+    dim_b : (P,) int64 second dims, -1 for an unrotated width-1 plane
+    inv_freq : (P,) float64 radians per token (0 when unrotated)
+    wavelength : (P,) float64 tokens (+inf when unrotated)
+    band : (P,) object array of 'high' | 'mid' | 'low' | 'unrotated', as the catalog records it
+    layout : 'half' | 'interleaved', the layout the catalog's dims follow
+    source : where the frequencies came from: 'capture' (the layout was recorded by the capture),
+        'config' or 'rope_theta' (the layout was assumed)
+    """
+
+    plane: np.ndarray
+    dim_a: np.ndarray
+    dim_b: np.ndarray
+    inv_freq: np.ndarray
+    wavelength: np.ndarray
+    band: np.ndarray
+    layout: str = "half"
+    source: str = "capture"
+
+
+@dataclass(frozen=True)
 class HeadData:
     """One analysed head: Q (n_q x d) and K (n_k x d) with their row metadata.
 
@@ -28,6 +55,8 @@ class HeadData:
     bucket_size : capture bucket size m in tokens
     sliding_window : window in tokens, or None for full attention
     layer, q_head : only used to derive seeds (docs/README.md#parameters-and-modes), never for I/O
+    rope : the :class:`RopePlanes` of the head's layer, or None when unknown (read by the
+        ``rope`` analysis only)
     """
 
     q: np.ndarray
@@ -43,6 +72,7 @@ class HeadData:
     sliding_window: int | None = None
     layer: int = 0
     q_head: int = 0
+    rope: RopePlanes | None = None
 
     @property
     def d(self) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from qkwh import store
 from qkwh.analyses import registry
 from qkwh.compute.executors import Executor, make_executor
+from qkwh.compute.frequencies import ROPE_ANALYSIS, load_rope_planes, unknown_frequency_warning
 from qkwh.compute.units import HeadUnit, code_version, plan
 from qkwh.compute.work import run_group
 from qkwh.compute.writer import (
@@ -58,6 +59,9 @@ class ComputeReport:
     #: (ingested by an older qkwh, which only warned); the analyses cannot place those rows
     excluded: list[tuple[str, str]] = field(default_factory=list)
     write_seconds: float = 0.0  # parent time spent writing batches (open, transaction, close)
+    #: (model_id, analysis, why) of analyses left out for a model: the rope analysis for a model
+    #: whose RoPE frequencies are unknown (its other analyses run)
+    left_out: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def n_skipped(self) -> int:
@@ -268,7 +272,24 @@ def compute(
                 catalog = dict(
                     con.execute("SELECT model_id, source_fingerprint FROM models").fetchall()
                 )
-                tasks = plan(units, done, tuple(analyses), config_ids, config, force=force)
+                rope, left_out = {}, []
+                if ROPE_ANALYSIS in analyses:
+                    rope = load_rope_planes(con, models)
+                    known_rope = {m for m, _ in rope}
+                    left_out = [
+                        (m, ROPE_ANALYSIS, unknown_frequency_warning(m))
+                        for m in sorted({u.model_id for u in units} - known_rope)
+                    ]
+                tasks = plan(
+                    units,
+                    done,
+                    tuple(analyses),
+                    config_ids,
+                    config,
+                    force=force,
+                    rope=rope,
+                    left_out={m: (a,) for m, a, _ in left_out},
+                )
                 report = ComputeReport(
                     len(units),
                     sum(t.n_heads for t in tasks),
@@ -276,6 +297,7 @@ def compute(
                     code_version=code_version(),
                     name=name,
                     excluded=excluded,
+                    left_out=left_out,
                 )
                 with store.transaction(con):
                     record_configs(con, config, config_ids, code_versions, name)

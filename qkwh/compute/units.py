@@ -8,12 +8,14 @@ so each k file is read once per (layer, KV head).  Which analyses a head still n
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import qkwh
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
+from qkwh.analyses.types import RopePlanes
 from qkwh.compute.precompute import code_files
 from qkwh.params import RunConfig
 
@@ -100,6 +102,7 @@ class GroupTask:
     config_ids: tuple[
         tuple[str, str], ...
     ] = ()  # (analysis, config_id): results leave as keyed Arrow
+    rope: RopePlanes | None = None  # the RoPE planes of the group's layer (rope_frequencies)
 
     @property
     def n_heads(self) -> int:
@@ -114,22 +117,39 @@ def plan(
     config: RunConfig,
     *,
     force: bool = False,
+    rope: Mapping[tuple[str, int], RopePlanes] | None = None,
+    left_out: Mapping[str, Collection[str]] | None = None,
 ) -> list[GroupTask]:
     """Group heads by k file, keeping only the (head, analysis) pairs that need computing.
 
     ``done`` maps (model_id, layer, q_head, analysis, config_id) to the input fingerprint its
     rows were computed from (head_runs): a head is skipped for an analysis when this run's set
-    has rows computed from the same inputs.
+    has rows computed from the same inputs.  ``rope``: (model_id, layer) -> the layer's RoPE
+    planes, carried by the group's task; ``left_out``: model_id -> analyses not run for it.
     """
+    rope = rope or {}
+    left_out = left_out or {}
     groups: dict[tuple[str, int, int], list[tuple[HeadUnit, tuple[str, ...]]]] = {}
     for u in units:
         fp = u.input_fingerprint()
-        need = tuple(a for a in analyses if force or done.get((*u.key, a, config_ids[a])) != fp)
+        skip = left_out.get(u.model_id, ())
+        need = tuple(
+            a
+            for a in analyses
+            if a not in skip and (force or done.get((*u.key, a, config_ids[a])) != fp)
+        )
         if need:
             groups.setdefault((u.model_id, u.layer, u.k_head), []).append((u, need))
     declarations = tuple(registry.get(a) for a in analyses)
     ids = tuple(sorted(config_ids.items()))
     return [
-        GroupTask(tuple(u for u, _ in g), tuple(n for _, n in g), config, declarations, ids)
-        for g in groups.values()
+        GroupTask(
+            tuple(u for u, _ in g),
+            tuple(n for _, n in g),
+            config,
+            declarations,
+            ids,
+            rope.get((model_id, layer)),
+        )
+        for (model_id, layer, _), g in groups.items()
     ]

@@ -21,7 +21,7 @@ import pyarrow as pa
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
 from qkwh.analyses.stats import cap_rows
-from qkwh.analyses.types import AnalysisResult, HeadData
+from qkwh.analyses.types import AnalysisResult, HeadData, RopePlanes
 from qkwh.columns import as_arrow
 from qkwh.compute import precompute as pre
 from qkwh.compute.memory import keep_freed_memory
@@ -101,9 +101,11 @@ def build_head(
     q_head: int,
     config: RunConfig,
     label: str = "head",
+    rope: RopePlanes | None = None,
 ) -> HeadData:
     """One head's :class:`HeadData` from its q rows and k rows (in file order), with the
-    ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path)."""
+    ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path), and
+    its layer's RoPE planes (``rope``, None when unknown)."""
     if q[0].shape[1] != k[0].shape[1]:
         raise ValueError(f"{label}: q has d={q[0].shape[1]} but k has d={k[0].shape[1]}")
     qv, qt, qe, qb = _take(q, cap_rows(len(q[1]), config.max_tokens_per_head, config.seed))
@@ -122,6 +124,7 @@ def build_head(
         sliding_window=None if sliding_window is None else int(sliding_window),
         layer=int(layer),
         q_head=int(q_head),
+        rope=rope,
     )
 
 
@@ -142,8 +145,15 @@ def group_key_rows(k: FileData, config: RunConfig) -> Rows:
     return _take(rows, cap_rows(len(rows[1]), config.max_tokens_per_head, config.seed))
 
 
-def head_data(unit: HeadUnit, q: FileData, k: FileData | Rows, config: RunConfig) -> HeadData:
-    """The head of ``unit`` from its q file and its k file (or the group's :func:`group_key_rows`)."""
+def head_data(
+    unit: HeadUnit,
+    q: FileData,
+    k: FileData | Rows,
+    config: RunConfig,
+    rope: RopePlanes | None = None,
+) -> HeadData:
+    """The head of ``unit`` from its q file and its k file (or the group's :func:`group_key_rows`),
+    with its layer's RoPE planes (``rope``)."""
     return build_head(
         _rows(q),
         _rows(k),
@@ -154,6 +164,7 @@ def head_data(unit: HeadUnit, q: FileData, k: FileData | Rows, config: RunConfig
         q_head=unit.q_head,
         config=config,
         label=unit.label,
+        rope=rope,
     )
 
 
@@ -207,7 +218,7 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
-            head = head_data(unit, read_file(unit.q_path), k_rows, task.config)
+            head = head_data(unit, read_file(unit.q_path), k_rows, task.config, task.rope)
             results = run_analyses(
                 head, [declared.get(a, a) for a in analyses], task.config, keys=keys
             )

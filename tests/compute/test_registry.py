@@ -129,7 +129,7 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
     config = RunConfig().with_overrides(
         {"max_tokens_per_head": "700", "plasticity.empirical": "true"}
     )
-    report = compute(windowed, workers=1, config=config)
+    report = compute(windowed, workers=1, config=config, analyses=registry.names())
     assert report.failures == [] and report.n_written == N_HEADS
     con = duckdb.connect(str(windowed), read_only=True)
     # the fixture is what it claims: a window on every head, rows not in (example, position)
@@ -504,7 +504,11 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
 
 def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
     """Query heads of one GQA group: their own query rows, the very same key arrays."""
+    from qkwh.analyses.rope import layer_planes
+    from qkwh.analyses.rope_frequencies import default_inv_freq
+
     rng = np.random.default_rng(11)
+    rope = layer_planes(d, default_inv_freq(1e4, d), bucket_size=64, context_length=320)
     k = rng.standard_normal((n, d)).astype(np.float32)
     k_pos = rng.permutation(n).astype(np.int64)
     k_ex, k_bkt = k_pos % 5, k_pos // 64
@@ -524,6 +528,7 @@ def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
                 context_length=320,
                 bucket_size=64,
                 q_head=h,
+                rope=rope,
             )
         )
     return heads
