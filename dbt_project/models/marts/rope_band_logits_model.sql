@@ -15,7 +15,7 @@ pooled as (
         distance_bin,
         count(*) as n_heads,
         count(distinct layer) as n_layers,
-        sum(n_pairs) as n_pairs,
+        cast(sum(n_pairs) as bigint) as n_pairs,
         sum(logit_sum order by layer, q_head) as logit_sum,
         sum(logit_sum_sq order by layer, q_head) as logit_sum_sq
     from logits
