@@ -31,7 +31,7 @@ from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
 from qkwh.compute.work import HeadOutcome, group_key_rows, head_data, run_analyses
-from qkwh.params import ANALYSES, RunConfig
+from qkwh.params import RunConfig
 from qkwh.sniffed.reader import read_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +45,10 @@ FULL = {
     "scaling_heads": 16,
     "scaling_rows": "2000,8000,32000",
 }
+
+#: the three per-head analyses the runs time together ("all three"); the opt-in ones (rope, ...)
+#: are not among them
+ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,16 +278,21 @@ def fresh_ingest(spec: ModelSpec, data: Path, out: Path) -> tuple[Path, float]:
 
 
 def plan_tasks(db: Path, model_id: str, config: RunConfig) -> list[GroupTask]:
-    """The compute's task list (every head, every analysis), planned as ``runner.compute`` does."""
+    """The compute's task list (every head, every analysis, with the layers' RoPE planes),
+    planned as ``runner.compute`` does."""
     from qkwh import store
+    from qkwh.compute.frequencies import load_rope_planes
     from qkwh.compute.runner import load_units
 
     con = store.connect(db, read_only=True)
     try:
         units = load_units(con, [model_id])
+        rope = load_rope_planes(con, [model_id])
     finally:
         con.close()
-    return plan(units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True)
+    return plan(
+        units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True, rope=rope
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,6 +424,7 @@ RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "rotation": ("rotation", ("rotation",), SAMPLED),
     "plasticity": ("plasticity (sampled)", ("plasticity",), SAMPLED),
     "all": ("all three (sampled)", ANALYSES, SAMPLED),
+    "rope": ("rope (only)", ("rope",), SAMPLED),
     "plasticity-exhaustive": ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     "all-exhaustive": ("all three (exhaustive)", ANALYSES, EXHAUSTIVE),
     "plasticity-empirical": ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
@@ -497,20 +507,22 @@ SCALING_COLUMNS = (
     ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
     ("all three (sampled)", ANALYSES, SAMPLED),
+    ("rope (only)", ("rope",), SAMPLED),
 )
 #: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
 GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
 
 def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> list:
-    """The head units of a benchmark model of ``heads`` heads x ``rows`` vectors (generated and
-    ingested into a scratch warehouse if needed; the warehouse is removed, the files stay)."""
+    """(head unit, its layer's RoPE planes) of a benchmark model of ``heads`` heads x ``rows``
+    vectors (generated and ingested into a scratch warehouse if needed; the warehouse is removed,
+    the files stay)."""
     spec = ModelSpec(heads=heads, rows=rows)
     data, _ = ensure_dataset(spec, out, log)
     db, _ = fresh_ingest(spec, data, out)
     tasks = plan_tasks(db, spec.model_id, config)
     shutil.rmtree(db.parent, ignore_errors=True)
-    return [u for t in tasks for u in t.heads]
+    return [(u, t.rope) for t in tasks for u in t.heads]
 
 
 def scaling(
@@ -539,8 +551,8 @@ def scaling(
                 tries.append(time.process_time() - c0)
             return min(tries)
 
-        for i, unit in enumerate(units):
-            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
+        for i, (unit, rope) in enumerate(units):
+            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED, rope)
             if i == 0:  # warm-up
                 for _, analyses, cfg in cols[1:]:
                     run_analyses(head, analyses, cfg)
@@ -552,7 +564,7 @@ def scaling(
         # as qkwh compute runs them: the k file read once per GQA group, and what the group's
         # heads compute from the keys alone shared (the time per head is the group's / its size)
         groups: dict[str, list] = {}
-        for unit in units:
+        for unit, _ in units:
             groups.setdefault(str(unit.k_path), []).append(unit)
         read_g, all_g = GROUP_COLUMNS
         times[read_g], times[all_g] = [], []
@@ -680,7 +692,7 @@ def exhaustive_blas_floor(
         "per-example Gram matrices of the eligible keys (batched)": [],
     }
     with threadpool_limits(limits=1):
-        for unit in units:
+        for unit, _ in units:
             head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED)
             d = head.q.shape[1]
             a = rng.standard_normal((d, d))
@@ -736,7 +748,7 @@ def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top:
     """
     keep_freed_memory()  # as in a compute worker
     units = model_units(heads, rows, out, config, log)
-    loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u in units]
+    loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u, _ in units]
     run_analyses(loaded[0], ANALYSES, config)  # warm-up
     prof = cProfile.Profile()
     prof.enable()

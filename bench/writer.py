@@ -104,11 +104,12 @@ def _log(msg: str) -> None:
 def _prepare(a: argparse.Namespace):
     """(base warehouse, config_ids, one list of outcomes per computed head)."""
     from qkwh import store
+    from qkwh.analyses import registry
     from qkwh.compute.runner import load_units
     from qkwh.compute.units import code_version, plan
     from qkwh.compute.work import run_group
     from qkwh.ingest import ingest
-    from qkwh.params import ANALYSES, RunConfig
+    from qkwh.params import RunConfig
     from qkwh.synth import write_dataset
 
     shape = dict(
@@ -140,8 +141,9 @@ def _prepare(a: argparse.Namespace):
     finally:
         con.close()
     cfg = RunConfig()
-    config_ids = {x: cfg.fingerprint(x, code_version()) for x in ANALYSES}
-    tasks = plan(units, {}, ANALYSES, config_ids, cfg)
+    analyses = registry.default_names()  # what `qkwh compute` runs when it names none
+    config_ids = {x: cfg.fingerprint(x, code_version()) for x in analyses}
+    tasks = plan(units, {}, analyses, config_ids, cfg)
     _log(f"computing {len(units)} heads once ...")
     outcomes = [o for t in tasks for o in run_group(t)]
     bad = [o.error for o in outcomes if o.error]

@@ -1643,7 +1643,7 @@ def demo(
         _tagged(
             "compute",
             "bold",
-            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
+            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.default_names())}), "
             f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
         )
     )

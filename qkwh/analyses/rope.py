@@ -19,14 +19,14 @@ Three tables (all arithmetic in float64):
 * ``rope_band_logits``: per band and distance bin ``floor((t - s) / m)`` over the same causal
   pairs, the count, sum and sum of squares of the band's logit contribution, with mean and sd.
 
-Pairs are never all materialised at once: per example, queries are taken in blocks of at most
-:data:`PAIR_BLOCK` (query, key) cells.
+Pairs are never all materialised at once: examples are taken in blocks of at most
+:data:`PAIR_BLOCK` (query, key) cells (a larger example with its queries split).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,9 @@ from qkwh.analyses.types import AnalysisResult, HeadData, RopePlanes
 PLANES, BAND_PLASTICITY, BAND_LOGITS = "rope_planes", "rope_band_plasticity", "rope_band_logits"
 #: (query, key) cells of one block of the pair sums (bounds the temporaries: 8 bytes each)
 PAIR_BLOCK = 1 << 20
+#: small examples are grouped into blocks of at most this many cells (their cross-example cells
+#: are computed and masked out, so larger groups waste work on short examples)
+GROUP_CELLS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -169,15 +172,45 @@ class PairSums:
     bin_sq: np.ndarray
 
 
+def _pair_blocks(
+    q_example: np.ndarray, k_example: np.ndarray, block: int, group: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(query rows, key rows) blocks that together hold every same-example (query, key) cell once:
+    consecutive examples grouped while (queries x keys) stays within ``group`` cells (a block's
+    cross-example cells are masked out by the caller), an example of more than ``block`` cells
+    alone with its queries split.  Rows are indices into the head's arrays."""
+    q_order = np.argsort(q_example, kind="stable")
+    k_order = np.argsort(k_example, kind="stable")
+    qe, ke = q_example[q_order], k_example[k_order]
+    ex = np.intersect1d(qe, ke)
+    q_lo, q_hi = np.searchsorted(qe, ex, "left"), np.searchsorted(qe, ex, "right")
+    k_lo, k_hi = np.searchsorted(ke, ex, "left"), np.searchsorted(ke, ex, "right")
+    i, n = 0, len(ex)
+    while i < n:
+        nk = int(k_hi[i] - k_lo[i])
+        if int(q_hi[i] - q_lo[i]) * nk > block:  # one large example, its queries in blocks
+            step = max(1, block // nk)
+            for a in range(int(q_lo[i]), int(q_hi[i]), step):
+                yield q_order[a : min(a + step, int(q_hi[i]))], k_order[k_lo[i] : k_hi[i]]
+            i += 1
+            continue
+        j = i + 1
+        while j < n and int(q_hi[j] - q_lo[i]) * int(k_hi[j] - k_lo[i]) <= group:
+            j += 1
+        yield q_order[q_lo[i] : q_hi[j - 1]], k_order[k_lo[i] : k_hi[j - 1]]
+        i = j
+
+
 def pair_sums(
     head: HeadData, planes: HeadPlanes, band_dims: list[np.ndarray], *, block: int = PAIR_BLOCK
 ) -> PairSums:
     """The :class:`PairSums` of ``head`` (raw q (n_q, d) and k (n_k, d), float64 accumulation).
 
-    Per example and block of queries: the causal mask M (n_b, n_ke) as 0/1, then
-    ``M @ K`` gives each query's key sums (the per-dim pair sums), ``M @ [K², K_a K_b]`` the
-    squares of the per-plane contributions without forming them per pair, and per band the
-    (n_b, n_ke) logit block ``Q_B K_Bᵀ``, binned by distance with one bincount.
+    Per block of examples (:func:`_pair_blocks`): the mask M (n_b, n_kb) of causal same-example
+    cells as 0/1, then ``M @ K`` gives each query's key sums (the per-dim pair sums),
+    ``M @ [K², K_a K_b]`` the squares of the per-plane contributions without forming them per
+    pair, and per band the (n_b, n_kb) logit block ``Q_B K_Bᵀ``, binned by distance with one
+    bincount.
     """
     d = head.d
     q = np.asarray(head.q, dtype=np.float64)
@@ -198,35 +231,27 @@ def pair_sums(
         np.zeros((nband, nbins)),
         np.zeros((nband, nbins)),
     )
-    q_ex = np.asarray(head.q_example)
-    k_ex = np.asarray(head.k_example)
-    k_rows = {e: np.flatnonzero(k_ex == e) for e in np.unique(k_ex)}
-    for e in np.unique(q_ex):
-        kr = k_rows.get(e)
-        if kr is None:
-            continue
-        qr = np.flatnonzero(q_ex == e)
-        K, sk = k[kr], s[kr]
-        KK = np.concatenate([K * K, K[:, ra] * K[:, rb]], axis=1)  # (n_ke, d + R)
-        step = max(1, block // max(kr.size, 1))
-        for i0 in range(0, qr.size, step):
-            rows = qr[i0 : i0 + step]
-            Q, tq = q[rows], t[rows]
-            dist = tq[:, None] - sk[None, :]  # (n_b, n_ke)
-            causal = dist >= 0
-            M = causal.astype(np.float64)
-            out.n_pairs += int(causal.sum())
-            out.dim_sum += np.einsum("ij,ij->j", Q, M @ K)
-            MKK = M @ KK
-            out.dim_sq += np.einsum("ij,ij->j", Q * Q, MKK[:, :d])
-            out.cross += np.einsum("ij,ij->j", Q[:, ra] * Q[:, rb], MKK[:, d:])
-            sel = np.flatnonzero(causal)
-            bins = dist.ravel()[sel] // m
-            for bi, dims in enumerate(band_dims):
-                vals = (Q[:, dims] @ K[:, dims].T).ravel()[sel]
-                out.bin_n[bi] += np.bincount(bins, minlength=nbins)
-                out.bin_sum[bi] += np.bincount(bins, weights=vals, minlength=nbins)
-                out.bin_sq[bi] += np.bincount(bins, weights=vals * vals, minlength=nbins)
+    blocks = _pair_blocks(
+        np.asarray(head.q_example), np.asarray(head.k_example), block, min(block, GROUP_CELLS)
+    )
+    for qr, kr in blocks:
+        Q, tq, K = q[qr], t[qr], k[kr]
+        dist = tq[:, None] - s[kr][None, :]  # (n_b, n_kb)
+        pair = (dist >= 0) & (np.asarray(head.q_example)[qr][:, None] == head.k_example[kr])
+        M = pair.astype(np.float64)
+        out.n_pairs += int(pair.sum())
+        out.dim_sum += np.einsum("ij,ij->j", Q, M @ K)
+        MKK = M @ np.concatenate([K * K, K[:, ra] * K[:, rb]], axis=1)  # (n_b, d + R)
+        out.dim_sq += np.einsum("ij,ij->j", Q * Q, MKK[:, :d])
+        out.cross += np.einsum("ij,ij->j", Q[:, ra] * Q[:, rb], MKK[:, d:])
+        sel = np.flatnonzero(pair)
+        bins = dist.ravel()[sel] // m
+        counts = np.bincount(bins, minlength=nbins)
+        for bi, dims in enumerate(band_dims):
+            vals = (Q[:, dims] @ K[:, dims].T).ravel()[sel]
+            out.bin_n[bi] += counts
+            out.bin_sum[bi] += np.bincount(bins, weights=vals, minlength=nbins)
+            out.bin_sq[bi] += np.bincount(bins, weights=vals * vals, minlength=nbins)
     return out
 
 

@@ -129,7 +129,8 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
     config = RunConfig().with_overrides(
         {"max_tokens_per_head": "700", "plasticity.empirical": "true"}
     )
-    report = compute(windowed, workers=1, config=config, analyses=registry.names())
+    analyses = (*registry.default_names(), "rope")  # the opt-in rope too
+    report = compute(windowed, workers=1, config=config, analyses=analyses)
     assert report.failures == [] and report.n_written == N_HEADS
     con = duckdb.connect(str(windowed), read_only=True)
     # the fixture is what it claims: a window on every head, rows not in (example, position)
@@ -141,7 +142,7 @@ def test_sql_functions_equal_the_bulk_path_with_sliding_window_and_cap(windowed:
     assert list(zip(t[1], t[0])) != sorted(zip(t[1], t[0])) and len(t[0]) > 700
     assert con.execute("SELECT DISTINCT n_q FROM plasticity_heads").fetchall() == [(700,)]
     con.close()
-    _assert_sql_equals_bulk(windowed, config, registry.names())
+    _assert_sql_equals_bulk(windowed, config, analyses)  # what compute ran
 
 
 def test_the_window_changes_what_plasticity_counts(windowed: Path):
@@ -248,10 +249,7 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(
     from qkwh.compute import writer
     from qkwh.params import ANALYSES
 
-    assert (
-        ANALYSES == ("pca", "rotation", "plasticity", "rope", "toy")
-        and "toy_buckets" in store.COMPUTE_TABLES
-    )
+    assert (*registry.BUILTIN, "toy") == ANALYSES and "toy_buckets" in store.COMPUTE_TABLES
     assert writer.ANALYSIS_TABLES["toy"] == ("toy_heads", "toy_buckets")
     db = tmp_path / "wh.duckdb"
     ingest(str(SAMPLE), warehouse=db)
@@ -412,19 +410,12 @@ def test_bad_declarations_are_refused():
         registry.register(Analysis(**dict(base, name="toy", uses=("nosuch",))))
     with pytest.raises(ValueError, match="uses must name other analyses"):
         registry.register(Analysis(**dict(base, name="toy", uses=("toy",))))
-    assert registry.names() == ("pca", "rotation", "plasticity", "rope")
+    assert registry.names() == registry.BUILTIN
 
 
 def test_run_config_sections_follow_the_registry():
     cfg = RunConfig()
-    assert cfg.to_dict().keys() == {
-        "seed",
-        "max_tokens_per_head",
-        "pca",
-        "rotation",
-        "plasticity",
-        "rope",
-    }
+    assert cfg.to_dict().keys() == {"seed", "max_tokens_per_head", *registry.BUILTIN}
     assert cfg.plasticity is cfg.params_of("plasticity") and cfg.plasticity.cov_mode == "full"
     with pytest.raises(AttributeError):
         cfg.nonsense  # noqa: B018
