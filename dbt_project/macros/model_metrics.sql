@@ -86,13 +86,16 @@
         {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
     {%- do m.update(derived_metric_groups()) -%}
+    {%- for e in rope_metric_catalogue() -%}
+        {%- do m.update({e.metric: e.grp}) -%}
+    {%- endfor -%}
     {%- do return(m) -%}
 {%- endmacro %}
 
 {# The catalogue as a relation (metric, agg, metric_group) for joins. #}
 {% macro metric_catalogue_values() -%}
     (values
-    {%- for e in head_metric_catalogue() + pc_metric_catalogue() %}
+    {%- for e in head_metric_catalogue() + pc_metric_catalogue() + rope_head_metrics() %}
         ('{{ e.metric }}', '{{ e.agg }}', '{{ e.grp }}'){{ ',' if not loop.last }}
     {%- endfor %}
     ) as catalogue(metric, agg, metric_group)

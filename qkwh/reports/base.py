@@ -38,6 +38,11 @@ class NoData(Exception):
     """A figure has nothing to draw; the message says why (shown in the report)."""
 
 
+class Absent(NoData):
+    """A figure of an opt-in analysis that was not computed (e.g. ``rope``): left out without a
+    note, so a report without that analysis looks as it would without the figure."""
+
+
 # ------------------------------------------------------------------------------------------
 # catalogue
 # ------------------------------------------------------------------------------------------
@@ -109,6 +114,10 @@ MARTS: frozenset[str] = frozenset(
         "depth_profile",
         "benchmark_fits",
         "head_metric_fits",
+        "rope_band_energy",
+        "rope_energy_spectrum",
+        "rope_band_plasticity_model",
+        "rope_band_logits_model",
     }
 )
 

@@ -40,9 +40,10 @@ from jsonschema.exceptions import best_match
 from qkwh import __version__, store
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.paths import REPORTS_DIR
-from qkwh.reports import pca, plasticity, published, rotation, training
+from qkwh.reports import pca, plasticity, published, rope, rotation, training
 from qkwh.reports.base import (
     POINT_BUDGET,
+    Absent,
     Drawn,
     FigureDef,
     Marts,
@@ -57,9 +58,21 @@ from qkwh.reports.base import (
 log = logging.getLogger("qkwh.reports")
 
 CATALOGUE: tuple[FigureDef, ...] = (
-    pca.FIGURES + rotation.FIGURES + plasticity.FIGURES + training.FIGURES + published.FIGURES
+    pca.FIGURES
+    + rotation.FIGURES
+    + plasticity.FIGURES
+    + rope.FIGURES
+    + training.FIGURES
+    + published.FIGURES
 )
-SECTIONS = ("PCA", "Rotation", "Plasticity", "Training dynamics", "Published comparison")
+SECTIONS = (
+    "PCA",
+    "Rotation",
+    "Plasticity",
+    "RoPE bands",
+    "Training dynamics",
+    "Published comparison",
+)
 DEFAULT_OUT = REPORTS_DIR / "latest"
 FIGURE_DIR = "figures"
 MODEL_DIR = "models"  # one page per model: its per-model figures
@@ -362,6 +375,8 @@ def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
                     chart = chart.chart
                 caption = " ".join([caption, *marts.notes]).strip()
                 spec = _spec(chart)
+            except Absent:  # an opt-in analysis not computed: no figure, no note
+                continue
             except NoData as exc:
                 skipped.append(SkippedFigure(fid, fig.section, fig.title, str(exc), model_id))
                 continue

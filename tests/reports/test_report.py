@@ -272,6 +272,7 @@ def test_the_catalogue_covers_every_figure_family():
         "PCA",
         "Rotation",
         "Plasticity",
+        "RoPE bands",
         "Training dynamics",
         "Published comparison",
     }

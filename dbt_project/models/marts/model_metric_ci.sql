@@ -1,5 +1,6 @@
 -- One row per (model, metric) for every model-level metric of model_summary that aggregates
--- heads (plasticity of both estimators, gauss gaps, rotation, PCA, taxonomy fractions): the
+-- heads (plasticity of both estimators, gauss gaps, rotation, PCA, taxonomy fractions, RoPE
+-- band plasticity): the
 -- estimate and its layer-cluster bootstrap interval.  The estimate is replicate 0 of
 -- int_model_metric_replicates (the value model_summary shows); ci_low / ci_high are the
 -- percentiles (1 - level) / 2 and (1 + level) / 2 of replicates 1..n_boot and se is their
@@ -20,6 +21,12 @@ catalogue as (
         ('{{ name }}', 'derived', '{{ grp }}'){{ ',' if not loop.last }}
     {%- endfor %}
     ) as d(metric, agg, metric_group)
+    union all
+    select metric, agg, 'rope' from {{ rope_metric_values() }} where agg = 'derived'
+),
+
+rope_support as (
+    select metric, support_metric from {{ rope_metric_values() }}
 ),
 
 support as (
@@ -35,6 +42,7 @@ point as (
         r.metric,
         r.value as estimate,
         case
+            when rs.metric is not null then rs.support_metric
             when r.metric like 'gauss_gap%' then 'ap_overall_empirical'
             when r.metric = 'bias_strength_ctx' then 'bias_strength'
             when k.agg = 'derived' and r.metric like '%_empirical' then 'ap_overall_empirical'
@@ -45,6 +53,7 @@ point as (
         k.metric_group
     from reps as r
     join catalogue as k using (metric)
+    left join rope_support as rs using (metric)
     where r.replicate = 0 and r.value is not null
 ),
 

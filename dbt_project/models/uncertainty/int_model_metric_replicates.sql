@@ -4,7 +4,8 @@
 -- with replacement (int_bootstrap_draws) and count every head of a drawn layer as often as the
 -- layer was drawn.  Each metric keeps its own aggregation rule (head_metric_catalogue: means
 -- over heads, 0/1 means for fractions, medians, max) and the derived metrics (quintiles,
--- first / last 20 %, drop, recovery, gaps) are computed from the same replicate's values.
+-- first / last 20 %, drop, recovery, gaps; per RoPE band and variant: quintiles, first / last
+-- 20 % and drop) are computed from the same replicate's values.
 -- Only metrics with a value in the model appear (a derived metric: where it is defined).
 -- Sums run over lists in layer order (list_dot_product), so every value is bit-reproducible.
 {%- set derived = derived_metric_groups() %}
@@ -125,6 +126,39 @@ derived as (
         {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
         {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
     from derived_plasticity
+),
+
+rope_catalogue as (
+    select * from {{ rope_metric_values() }}
+),
+
+rope_wide as (
+    -- RoPE band plasticity: the replicate's model deciles per band, variant and estimator
+    select
+        b.model_id,
+        b.replicate,
+        k.band,
+        k.variant,
+        k.estimator,
+        {%- for k in range(10) %}
+        max(b.value) filter (where k.base = 'decile_{{ k }}') as decile_{{ k }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from base as b
+    join rope_catalogue as k using (metric)
+    group by b.model_id, b.replicate, k.band, k.variant, k.estimator
+),
+
+rope_derived as (
+    select model_id, replicate, band, variant, estimator, base, value
+    from (
+        select
+            model_id, replicate, band, variant, estimator,
+            {{ plasticity_derived() }}
+        from rope_wide
+    ) unpivot (value for base in (
+        quintile_0, quintile_1, quintile_2, quintile_3, quintile_4,
+        ap_first_20pct, ap_last_20pct, ap_drop
+    ))
 )
 
 select model_id, replicate, metric, value
@@ -137,3 +171,9 @@ from (
     select model_id, replicate, {{ derived.keys() | join(', ') }}
     from derived
 ) unpivot (value for metric in ({{ derived.keys() | join(', ') }}))
+
+union all
+
+select d.model_id, d.replicate, k.metric, d.value
+from rope_derived as d
+join rope_catalogue as k using (band, variant, estimator, base)
