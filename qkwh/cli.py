@@ -1624,7 +1624,7 @@ def demo(
         typer.Option(
             "--warehouse",
             "-w",
-            help="Warehouse to add the sample model to (default: ./qkwh.duckdb when it does not exist or holds only the sample, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.",
+            help="Warehouse to add the sample models to (default: ./qkwh.duckdb when it does not exist or holds only the samples, else ./qkwh-demo.duckdb; $QKWH_WAREHOUSE is not used). Other models in it are left as they are.",
         ),
     ] = None,
     out_dir: Annotated[
@@ -1636,13 +1636,13 @@ def demo(
         ),
     ] = None,
 ) -> None:
-    """Run the whole pipeline on the embedded sample (what `make demo` runs).
+    """Run the whole pipeline on the embedded samples (what `make demo` runs).
 
-    Ingest the sample capture (SmolLM2-135M, 12 query heads), compute its heads, build the marts
-    and draw the report (./reports/demo), then print commands to go on with that work as printed
-    in the same folder.
-    In a warehouse holding other models only the sample model is added or refreshed: no model is
-    dropped or recomputed, and the file is never deleted.  Everything is checked before anything
+    Ingest the two sample captures (SmolLM2-135M, 12 query heads, on technical prose and on
+    Python source code), compute their heads, build the marts and draw the report
+    (./reports/demo), then print commands to go on with that work as printed in the same folder.
+    In a warehouse holding other models only the sample models are added or refreshed: no model
+    is dropped or recomputed, and the file is never deleted.  Everything is checked before anything
     is written.
     """
     import time
@@ -1650,9 +1650,9 @@ def demo(
     from qkwh import store
     from qkwh.build import build as run_build
     from qkwh.compute.runner import compute as run_compute
-    from qkwh.demo import SAMPLE_MODEL_ID, next_steps, prepare
+    from qkwh.demo import SAMPLE_MODEL_IDS, next_steps, prepare
     from qkwh.ingest import ingest as run_ingest
-    from qkwh.paths import SAMPLE_DIR
+    from qkwh.paths import SAMPLE_DIRS
     from qkwh.reports.render import render
 
     plan = prepare(warehouse, out_dir)
@@ -1660,13 +1660,20 @@ def demo(
     if plan.other_models:
         out.print(
             f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
-            f"the demo adds or refreshes only {SAMPLE_MODEL_ID}",
+            f"the demo adds or refreshes only {', '.join(SAMPLE_MODEL_IDS)}",
             highlight=False,
         )
     t0 = time.perf_counter()
-    rep = run_ingest(str(SAMPLE_DIR), warehouse=wh)
-    out.print(_tagged("ingest ", "bold", rep.summary()))
-    crep = run_compute(wh, models=[rep.model_id])
+    ids = []
+    for sample in SAMPLE_DIRS:
+        rep = run_ingest(str(sample), warehouse=wh)
+        out.print(_tagged("ingest ", "bold", rep.summary()))
+        ids.append(rep.model_id)
+    # Place for the dataset-dependence steps once they exist: the document jackknife (compute
+    # with uncertainty.document_groups, `qkwh compute --documents`) of `ids` goes with this
+    # compute, and the paired comparison of the two samples (one model, two datasets) after the
+    # build, in the summary and in demo.next_steps (which already suggests `qkwh compare`).
+    crep = run_compute(wh, models=ids)
     out.print(
         _tagged(
             "compute",
@@ -1681,10 +1688,10 @@ def demo(
     out.print(_tagged("build  ", "bold", res.summary))
     if plan.replaces_report:
         out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
-    rr = render(wh, out=plan.report_dir, models=[rep.model_id])
+    rr = render(wh, out=plan.report_dir, models=ids)
     con = store.connect(wh, read_only=True)
     try:
-        rows = con.execute(store.load_sql("demo_summary"), [rep.model_id]).fetchall()
+        rows = con.execute(store.load_sql("demo_summary"), [ids]).fetchall()
     finally:
         con.close()
     table = Table(

@@ -1,16 +1,18 @@
-"""``qkwh demo``: the whole pipeline on the embedded sample, leaving everything else alone.
+"""``qkwh demo``: the whole pipeline on the embedded samples, leaving everything else alone.
 
+The embedded samples are one model (SmolLM2-135M-Instruct) captured on two datasets: technical
+prose (``smollm2-135m``) and Python source code (``smollm2-135m-code``).
 The demo writes the default warehouse ``./qkwh.duckdb`` when there is none (or it holds only the
-sample), so that every command it suggests works as printed in that folder; when
+samples), so that every command it suggests works as printed in that folder; when
 ``./qkwh.duckdb`` holds other models it uses ``./qkwh-demo.duckdb`` instead (and the commands it
 prints name it).  Its report goes to ``./reports/demo``.
-Pointed at another warehouse, it adds or refreshes the sample model and nothing else: it never
+Pointed at another warehouse, it adds or refreshes the sample models and nothing else: it never
 deletes the file, never drops or recomputes another model, and refuses when the warehouse holds
-a different dataset under the sample's model id.  It writes a report only into an empty folder
+a different dataset under a sample's model id.  It writes a report only into an empty folder
 or over an earlier qkwh report, and says when it replaces one.
 
 :func:`prepare` checks all of this before anything is written; the CLI then runs ingest,
-compute (the sample's heads only), the dbt build and the report.
+compute (the samples' heads only), the dbt build and the report.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import duckdb
 
 from qkwh import store
 from qkwh.errors import InputError, NotAWarehouseError, QkwhError
-from qkwh.paths import DEFAULT_WAREHOUSE, DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR
+from qkwh.paths import DEFAULT_WAREHOUSE, DEMO_REPORT, DEMO_WAREHOUSE, SAMPLE_DIR, SAMPLE_DIRS
 
-SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the sample folder is named after its registry model id
+# each sample folder is named after its registry model id
+SAMPLE_MODEL_ID = SAMPLE_DIR.name  # the first sample (technical prose)
+SAMPLE_MODEL_IDS = tuple(d.name for d in SAMPLE_DIRS)  # every sample the demo ingests
 REPORT_INDEX = "figures.json"  # every qkwh report folder has one
 
 
@@ -35,7 +39,7 @@ class DemoPlan:
     warehouse: Path
     report_dir: Path
     other_models: tuple[str, ...]  # models already in the warehouse that the demo leaves alone
-    refreshes_sample: bool  # the sample model is already there (same files): refreshed in place
+    refreshes_sample: bool  # a sample model is already there (same files): refreshed in place
     replaces_report: bool  # report_dir holds an earlier qkwh report that will be replaced
 
 
@@ -44,7 +48,7 @@ def prepare(warehouse: str | Path | None = None, out: str | Path | None = None) 
 
     Defaults are :func:`default_warehouse` and :data:`~qkwh.paths.DEMO_REPORT` in the working
     directory; ``$QKWH_WAREHOUSE`` is deliberately not used.  Raises :class:`InputError`
-    (exit 2) when the warehouse is some other DuckDB database, when it holds a model with the
+    (exit 2) when the warehouse is some other DuckDB database, when it holds a model with a
     sample's id but other files, or when the report folder is not empty and not a qkwh report.
     """
     wh = Path(warehouse).expanduser().resolve() if warehouse else default_warehouse()
@@ -56,7 +60,7 @@ def prepare(warehouse: str | Path | None = None, out: str | Path | None = None) 
 
 def default_warehouse() -> Path:
     """./qkwh.duckdb (what every command opens by default) when it does not exist or holds no model
-    but the sample; else ./qkwh-demo.duckdb, so that the demo never adds to someone's own data."""
+    but the samples; else ./qkwh-demo.duckdb, so that the demo never adds to someone's own data."""
     main = DEFAULT_WAREHOUSE.expanduser().resolve()
     if not main.exists():
         return main
@@ -73,7 +77,7 @@ def default_warehouse() -> Path:
         )
     finally:
         con.close()
-    if not tables or (models is not None and set(models) <= {SAMPLE_MODEL_ID}):
+    if not tables or (models is not None and set(models) <= set(SAMPLE_MODEL_IDS)):
         return main
     return DEMO_WAREHOUSE.expanduser().resolve()
 
@@ -96,10 +100,12 @@ def next_steps(wh: Path) -> list[str]:
         if default or not os.environ.get("QKWH_WAREHOUSE")
         else [f"# (-w because $QKWH_WAREHOUSE names {os.environ['QKWH_WAREHOUSE']})"]
     )
+    first, second = SAMPLE_MODEL_IDS
     return [
         *envnote,
         f"qkwh models{w}",
         f'qkwh sql{w} "SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary"',
+        f"qkwh compare {first} {second}{w}",
         f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
         f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}",
     ]
@@ -152,28 +158,31 @@ def _check_warehouse(wh: Path) -> tuple[tuple[str, ...], bool]:
                 "write into other databases: pass --warehouse with another file"
             )
         models = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        held = dict(
-            con.execute(
-                "SELECT config_name, fingerprint FROM files WHERE model_id = ?", [SAMPLE_MODEL_ID]
-            ).fetchall()
-        )
+        held = {
+            d.name: dict(
+                con.execute(
+                    "SELECT config_name, fingerprint FROM files WHERE model_id = ?", [d.name]
+                ).fetchall()
+            )
+            for d in SAMPLE_DIRS
+            if d.name in models
+        }
     finally:
         con.close()
-    others = tuple(m for m in models if m != SAMPLE_MODEL_ID)
-    if SAMPLE_MODEL_ID not in models:
-        return others, False
-    if held != sample_fingerprints():
-        raise InputError(
-            f"{wh} already holds a model {SAMPLE_MODEL_ID!r} that is not the embedded "
-            "sample (its files differ); the demo leaves it alone: pass --warehouse with "
-            f"another file, or `qkwh remove {SAMPLE_MODEL_ID}` first"
-        )
-    return others, True
+    others = tuple(m for m in models if m not in SAMPLE_MODEL_IDS)
+    for d in SAMPLE_DIRS:
+        if d.name in held and held[d.name] != sample_fingerprints(d):
+            raise InputError(
+                f"{wh} already holds a model {d.name!r} that is not the embedded "
+                "sample (its files differ); the demo leaves it alone: pass --warehouse with "
+                f"another file, or `qkwh remove {d.name}` first"
+            )
+    return others, bool(held)
 
 
-def sample_fingerprints() -> dict[str, str]:
-    """``config_name -> content fingerprint`` of the embedded sample's files (as ingest stores)."""
+def sample_fingerprints(sample_dir: Path = SAMPLE_DIR) -> dict[str, str]:
+    """``config_name -> content fingerprint`` of an embedded sample's files (as ingest stores)."""
     from qkwh.sniffed.layout import scan
     from qkwh.sniffed.validate import scan_files
 
-    return {s.file.config_name: s.fingerprint for s in scan_files(scan(SAMPLE_DIR))}
+    return {s.file.config_name: s.fingerprint for s in scan_files(scan(sample_dir))}

@@ -133,9 +133,14 @@ def resolve_facts(
     )
     if model_id is None:
         if entry is None:
+            same = sorted(
+                m for m, e in registry.items() if meta.model_name and e.hf_model == meta.model_name
+            )
             raise InputError(
                 f"{source}: unknown model (not in configs/models.csv by branch, folder name or "
-                f"model name {meta.model_name!r}); pass --model-id ID"
+                f"model name {meta.model_name!r}"
+                + (f", which fits several entries: {', '.join(same)}" if len(same) > 1 else "")
+                + "); pass --model-id ID"
             )
         model_id = entry.model_id
 

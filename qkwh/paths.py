@@ -1,7 +1,7 @@
 """Where qkwh finds its own files, and where it writes by default.
 
 Run-time files (the warehouse schema, the model registry, the run defaults, the dbt project, the
-embedded sample and the documentation) are found with :mod:`importlib.resources`:
+embedded samples and the documentation) are found with :mod:`importlib.resources`:
 
 * an installed wheel carries them as package data in ``qkwh/_data/`` (the build copies the
   repository's ``warehouse/``, ``configs/``, ``dbt_project/`` and ``docs/`` there, see
@@ -47,7 +47,10 @@ CONFIG_DIR = DATA_ROOT / "configs"
 REGISTRY_CSV = CONFIG_DIR / "models.csv"
 RUN_CONFIG_YAML = CONFIG_DIR / "run.yaml"
 DBT_PROJECT_DIR = DATA_ROOT / "dbt_project"
-SAMPLE_DIR = DATA_ROOT / "warehouse" / "sample" / "smollm2-135m"
+SAMPLE_DIR = DATA_ROOT / "warehouse" / "sample" / "smollm2-135m"  # technical prose
+# the same model captured on Python source code (a second dataset); `qkwh demo` ingests both
+CODE_SAMPLE_DIR = DATA_ROOT / "warehouse" / "sample" / "smollm2-135m-code"
+SAMPLE_DIRS = (SAMPLE_DIR, CODE_SAMPLE_DIR)
 DOCS_DIR = DATA_ROOT / "docs"  # tables, metrics, input format (the help texts cite these pages)
 
 # Defaults relative to the working directory (resolved when used, never inside the package).

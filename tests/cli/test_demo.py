@@ -1,6 +1,7 @@
 """`qkwh demo` never loses data: its own warehouse and report folder by default; in a warehouse
-holding other models it adds only the sample model and leaves the others, and their results,
-exactly as they were; it refuses (exit 2, nothing written) what it would otherwise overwrite."""
+holding other models it adds only the sample models (one model on two datasets) and leaves the
+others, and their results, exactly as they were; it refuses (exit 2, nothing written) what it
+would otherwise overwrite."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.cli import app
-from qkwh.demo import SAMPLE_MODEL_ID, next_steps, prepare
+from qkwh.demo import SAMPLE_MODEL_ID, SAMPLE_MODEL_IDS, next_steps, prepare
 from tests.conftest import snapshot
 
 runner = CliRunner()
@@ -146,10 +147,14 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(
         runs = dict(con.execute("SELECT model_id, count(*) FROM head_runs GROUP BY 1").fetchall())
     finally:
         con.close()
-    assert models == [SAMPLE_MODEL_ID, "synth-a", "synth-b"]
-    assert SAMPLE_MODEL_ID in summary and "synth-a" in summary
-    assert "synth-b" not in runs  # the demo computes the sample's heads only
-    assert runs[SAMPLE_MODEL_ID] == 12 * 3
+    assert models == ["smollm2-135m", "smollm2-135m-code", "synth-a", "synth-b"]
+    assert set(SAMPLE_MODEL_IDS) | {"synth-a"} <= set(summary)
+    assert "synth-b" not in runs  # the demo computes the samples' heads only
+    assert {m: runs[m] for m in SAMPLE_MODEL_IDS} == dict.fromkeys(SAMPLE_MODEL_IDS, 12 * 3)
+    # the summary table shows both samples, one row each
+    assert [ln.split()[1] for ln in r.output.splitlines() if "│ smollm2-135m" in ln] == list(
+        SAMPLE_MODEL_IDS
+    )
     assert (report / "index.html").is_file() and (report / "figures.json").is_file()
     assert (tmp_path / "research.dbt" / "target").is_dir()  # dbt wrote next to the warehouse
 
@@ -160,7 +165,8 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(
     _assert_same_rows(_rows_of(db, others, raw=True), after_raw)
 
 
-def test_demo_refuses_a_different_model_under_the_sample_id(tmp_path: Path):
+@pytest.mark.parametrize("sample_id", SAMPLE_MODEL_IDS)
+def test_demo_refuses_a_different_model_under_a_sample_id(tmp_path: Path, sample_id: str):
     db = tmp_path / "wh.duckdb"
     data = tmp_path / "mine"
     assert (
@@ -180,11 +186,12 @@ def test_demo_refuses_a_different_model_under_the_sample_id(tmp_path: Path):
         ).exit_code
         == 0
     )
-    assert cli("ingest", str(data), "--model-id", SAMPLE_MODEL_ID, "-w", str(db)).exit_code == 0
+    assert cli("ingest", str(data), "--model-id", sample_id, "-w", str(db)).exit_code == 0
     before = snapshot(db)
     r = cli("demo", "-w", str(db), "-o", str(tmp_path / "rep"))
     assert r.exit_code == 2
-    assert "not the embedded sample" in r.stderr and "qkwh remove" in r.stderr
+    assert f"model {sample_id!r} that is not the embedded sample" in r.stderr
+    assert f"qkwh remove {sample_id}" in r.stderr
     assert snapshot(db) == before
     assert not (tmp_path / "rep").exists()
 
@@ -232,6 +239,20 @@ def test_demo_defaults_to_the_default_warehouse_in_the_working_directory(
     assert next_steps(plan.warehouse)[0] == "qkwh models -w qkwh-demo.duckdb"
 
 
+def test_demo_reuses_the_default_warehouse_when_it_holds_only_the_samples(
+    tmp_path: Path, monkeypatch
+):
+    from qkwh.ingest import ingest
+    from qkwh.paths import SAMPLE_DIRS
+
+    monkeypatch.chdir(tmp_path)
+    for sample in SAMPLE_DIRS:  # what an earlier demo left
+        ingest(str(sample), warehouse=tmp_path / "qkwh.duckdb")
+    plan = prepare()
+    assert plan.warehouse == tmp_path / "qkwh.duckdb"
+    assert (plan.other_models, plan.refreshes_sample) == ((), True)
+
+
 def _run_as_printed(line: str, cwd: Path) -> None:
     """Run one suggested command line as a shell would (`&&` chains), qkwh through the CLI app."""
     for part in line.split(" && "):
@@ -255,6 +276,7 @@ def test_after_the_demo_its_suggestions_work_as_printed_in_that_folder(tmp_path:
     lines = r.output.split("next, in this folder:\n", 1)[1].splitlines()
     steps = [ln.strip() for ln in lines if ln.startswith("  ")]
     assert steps[0] == "qkwh models" and any("qkwh.open()" in s for s in steps)
+    assert "qkwh compare smollm2-135m smollm2-135m-code" in steps  # the two samples' datasets
     assert "qkwh compute -p plasticity.empirical=true && qkwh build && qkwh report" in steps
     for line in steps:
         _run_as_printed(line, tmp_path)

@@ -143,7 +143,7 @@ wh = qkwh.open("qkwh.duckdb")
 names = wh.tables()
 summary = wh.table("model_summary")
 arrays = wh.table("head_taxonomy").to_numpy()
-rows = wh.sql("SELECT model_id, n_heads FROM model_summary WHERE n_heads > ?", [0]).to_pylist()
+rows = wh.sql("SELECT model_id, n_heads FROM model_summary WHERE n_heads > ? ORDER BY 1", [0]).to_pylist()
 has_pandas = importlib.util.find_spec("pandas") is not None
 try:
     frame = summary.to_pandas()
@@ -235,8 +235,12 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     )
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout)
-    assert got["has_model_summary"] and got["arrow"] and got["numpy"] and got["n_taxonomy"] == 12
-    assert got["rows"] == [{"model_id": "smollm2-135m", "n_heads": 12}]
+    assert got["has_model_summary"] and got["arrow"] and got["numpy"] and got["n_taxonomy"] == 24
+    # the two embedded samples: one model on two datasets, 12 heads each
+    assert got["rows"] == [
+        {"model_id": "smollm2-135m", "n_heads": 12},
+        {"model_id": "smollm2-135m-code", "n_heads": 12},
+    ]
     if got["has_pandas"]:
         assert got["pandas"] == "DataFrame"
     else:

@@ -1,0 +1,67 @@
+"""warehouse/sample/smollm2-135m-code can be remade: `qkwh capture` with the command its card
+gives, on its first document (argparse.py of Debian's CPython 3.11) cut to 1024 tokens, writes
+bit for bit the rows the shipped files hold for that document at those positions (a causal model:
+a position's vectors depend on the tokens up to it only, and the position masks of a shorter
+context are the first positions of the longer one's)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from capture_helpers import need_capture_extra, smollm2_gguf
+from typer.testing import CliRunner
+
+from qkwh.cli import app
+from qkwh.paths import CODE_SAMPLE_DIR
+
+need_capture_extra()
+pytestmark = pytest.mark.slow
+
+MAKE_SCRIPT = CODE_SAMPLE_DIR.parent / "make_code_sample.py"
+PREFIX = 1024  # tokens re-captured (two buckets of 512)
+
+
+def _modules() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("make_code_sample", MAKE_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.MODULES
+
+
+def test_recapture_of_the_first_document_matches_the_shipped_rows(tmp_path: Path):
+    name, digest = next(iter(_modules().items()))  # document 0
+    source = Path("/usr/lib/python3.11") / name
+    if not source.is_file() or hashlib.sha256(source.read_bytes()).hexdigest() != digest:
+        pytest.skip(f"{source}: not the text the sample was captured on (Debian's CPython 3.11.2)")
+    out = tmp_path / "recapture"
+    r = CliRunner().invoke(
+        app,
+        [
+            "capture", str(smollm2_gguf()), "--texts", str(source), "--out", str(out),
+            "--max-length", str(PREFIX), "--bucket-size", "512", "--base-rate", "15",
+            "--heads", "60", "--head-seed", "0",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output + r.stderr
+    compared = 0
+    for shipped in sorted(CODE_SAMPLE_DIR.glob("l*h*[qk]/data.parquet")):
+        want = pq.read_table(shipped)
+        keep = (want.column("example_id").to_numpy() == 0) & (
+            want.column("position").to_numpy() < PREFIX
+        )
+        want = want.filter(keep)
+        got = pq.read_table(out / shipped.parent.name / "data.parquet")
+        assert got.column("position").to_pylist() == want.column("position").to_pylist(), shipped
+        assert got.column("bucket").to_pylist() == want.column("bucket").to_pylist(), shipped
+        a = np.stack(got.column("vector").to_numpy(zero_copy_only=False))
+        b = np.stack(want.column("vector").to_numpy(zero_copy_only=False))
+        assert a.dtype == b.dtype == np.float32
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), shipped  # every bit
+        compared += len(a)
+    assert compared > 500  # about 22 files x 30 rows (2 buckets x base rate 15)
