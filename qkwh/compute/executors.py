@@ -136,12 +136,20 @@ class ProcessExecutor:
             self._pool.shutdown(wait=True)
             return
         workers = list((getattr(self._pool, "_processes", None) or {}).values())
+        results = getattr(self._pool, "_result_queue", None)  # shutdown() drops the reference
         self._pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:
             if proc.is_alive():
                 proc.kill()
         for proc in workers:
             proc.join(5)
+        # A worker killed while it sent its result leaves half a message in the result pipe, and
+        # the pool's manager thread waits for the rest forever -- and the interpreter joins that
+        # thread at exit, so the process would never end.  The workers are gone; this process
+        # holds the pipe's last write end: closing it ends the wait (the reader sees end of file).
+        writer = getattr(results, "_writer", None)
+        if writer is not None:
+            writer.close()
 
 
 def _ray_call(fn, item):
