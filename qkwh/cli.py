@@ -185,6 +185,13 @@ def ingest(
             help="Display name of the model in reports and marts (default: the model id; one source only).",
         ),
     ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Name of the text the capture ran on (default: the capture metadata's source_dataset; kept on re-ingest; one source only). Two captures of one model on different datasets are compared in dataset_comparisons.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -210,6 +217,7 @@ def ingest(
             remote=remote,
             family=family,
             label=label,
+            dataset=dataset,
             on_progress=lambda m: err.print(m, style="dim"),
             confirm=lambda what: _confirm(what, yes),
         )
@@ -219,8 +227,8 @@ def ingest(
         raise InputError(
             "--model-id names one model: give one source (branches take their ids from the registry)"
         )
-    if family is not None or label is not None:
-        raise InputError("--family / --label describe one model: give one source")
+    if family is not None or label is not None or dataset is not None:
+        raise InputError("--family / --label / --dataset describe one model: give one source")
     _ingest_many(
         sources,
         all_branches=all_branches,

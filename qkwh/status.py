@@ -221,13 +221,14 @@ class ModelStatus:
     ingested_at: dt.datetime | None
     sets: list[ParamSet] = field(default_factory=list)
     built: str = ""  # 'up to date' | 'stale' | 'not built'
+    dataset: str | None = None  # the text the capture ran on (models.dataset)
 
 
 def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness]:
     st = staleness(con)
     sets = list_sets(con)
     out = []
-    for m, n_files, n_heads, n_analysable, ingested_at in con.execute(
+    for m, n_files, n_heads, n_analysable, ingested_at, dataset in con.execute(
         store.load_sql("status_models")
     ).fetchall():
         if m in st.changed:
@@ -247,6 +248,7 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
                 ingested_at,
                 [s for s in sets if s.model_id == m],
                 built,
+                dataset,
             )
         )
     return out, st
@@ -286,6 +288,7 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
     rows = [
         [
             m.model_id,
+            m.dataset or "",
             f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
             f"{m.n_heads} ({m.n_analysable})",
             *(_sets_cell([s for s in m.sets if s.analysis == a]) for a in names),
@@ -293,4 +296,4 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
         ]
         for m in models
     ]
-    return ["model_id", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows
+    return ["model_id", "dataset", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows
