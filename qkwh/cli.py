@@ -1457,7 +1457,10 @@ def compare(
     For each metric: both models' values with their 95 % layer-cluster bootstrap intervals, the
     difference A - B with its interval, and the verdict: `A > B` / `A < B` when the interval
     excludes 0, `cannot tell` when it holds 0.  Reads model_comparisons and model_metric_ci
-    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.
+    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.  Two
+    captures of one model on different datasets are compared head by head (dataset_comparisons);
+    a model with a document-group jackknife (`compute --documents`) gets intervals that also
+    count document noise (docs/uncertainty.md).
     """
     from qkwh.compare import compare as run
     from qkwh.compare import fmt as num
@@ -1486,7 +1489,12 @@ def compare(
         "A − B",
         f"{pct} interval",
         "verdict",
-        title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap",
+        title=f"{model_a} (A) vs {model_b} (B): "
+        + (
+            "one model on two datasets, paired head by head"
+            if any(r.paired for r in rows)
+            else "layer-cluster bootstrap"
+        ),
     )
     for r in rows:
         table.add_row(
@@ -1507,11 +1515,32 @@ def compare(
         out.print(f"note: {n}", highlight=False)
     n_boot = next((r.n_boot for r in rows if r.n_boot), None)
     if n_boot:
+        paired = any(r.paired for r in rows)
         out.print(
-            f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
-            f"the interval of A − B holds 0",
+            f"intervals: {n_boot} replicates redrawing "
+            + (
+                "the layers of the heads both captures hold (paired: the same draw for A and B)"
+                if paired
+                else "each model's layers"
+            )
+            + "; `cannot tell` = the interval of A − B holds 0",
             highlight=False,
         )
+        kinds = sorted({r.interval for r in rows if r.interval})
+        if "layers+documents" in kinds:
+            which = "every metric" if kinds == ["layers+documents"] else "the metrics it covers"
+            out.print(
+                f"interval shown: layers+documents for {which} (the bootstrap combined with the "
+                "document-group jackknife: estimate ∓ z·sqrt(se_layers² + se_documents²)); "
+                "else layers (the bootstrap percentile interval)",
+                highlight=False,
+            )
+        else:
+            out.print(
+                "interval shown: layers (no document-group jackknife; `qkwh compute "
+                "--documents` adds document noise)",
+                highlight=False,
+            )
 
 
 @app.command()
