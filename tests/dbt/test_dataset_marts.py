@@ -188,3 +188,37 @@ def test_compare_uses_the_paired_form_for_one_model(dataset_build):
     )
     data = json.loads(res.stdout)
     assert data[0]["paired"] is True and data[0]["interval"] == "layers+documents"
+
+
+def test_report_draws_the_dataset_comparisons_and_the_combined_forest(dataset_build, tmp_path):
+    from qkwh.reports.render import render
+
+    r = render(
+        dataset_build.warehouse,
+        out=tmp_path / "report",
+        strict=True,
+        figures=["ap-dataset-comparisons", "ap-forest"],
+    )
+    figs = {f.id: f for f in r.figures}
+    assert set(figs) == {"ap-dataset-comparisons", "ap-forest"}, r.skipped
+    pairs = figs["ap-dataset-comparisons"]
+    assert "layers+documents" in pairs.caption and "layers" in pairs.caption
+    spec = pairs.spec.read_text()
+    assert "code" in spec and "prose" in spec and "web" in spec
+    forest = figs["ap-forest"]
+    assert "combined interval (layers+documents)" in forest.caption
+    prose = _ci(dataset_build, "tiny-prose")["ap_drop"]
+    assert json.dumps(prose["ci_low_combined"]) in forest.spec.read_text()
+
+
+def test_report_leaves_the_dataset_figure_out_without_pairs(dataset_build, tmp_path):
+    from qkwh.reports.render import render
+
+    r = render(
+        dataset_build.warehouse,
+        out=tmp_path / "report",
+        models=["tiny-prose", "other"],
+        figures=["ap-dataset-comparisons"],
+    )
+    [skip] = r.skipped
+    assert "two datasets" in skip.reason
