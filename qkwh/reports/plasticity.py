@@ -470,7 +470,13 @@ def dataset_comparisons(marts: Marts) -> Drawn:
                 "ci_low": r.get("ci_low"),
                 "ci_high": r.get("ci_high"),
                 "kind": r.get("interval") or "none",
-                "distinguishable": {True: "yes", False: "no"}.get(r.get("distinguishable"), "n/a"),
+                "distinguishable": (
+                    "n/a"
+                    if r.get("distinguishable") is None
+                    else "yes"
+                    if r["distinguishable"]
+                    else "no"
+                ),
                 "n_heads": r.get("n_heads"),
                 "zero": 0.0,
             }
