@@ -31,7 +31,7 @@ from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
 from qkwh.compute.work import HeadOutcome, group_key_rows, head_data, run_analyses
-from qkwh.params import ANALYSES, RunConfig
+from qkwh.params import RunConfig
 from qkwh.sniffed.reader import read_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +45,10 @@ FULL = {
     "scaling_heads": 16,
     "scaling_rows": "2000,8000,32000",
 }
+
+#: the three per-head analyses the runs time together ("all three"); the opt-in ones (the
+#: jackknife, ...) are not among them
+ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,7 +501,11 @@ SCALING_COLUMNS = (
     ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
     ("all three (sampled)", ANALYSES, SAMPLED),
+    # the opt-in document-group jackknife (qkwh compute --documents): the three analyses rerun
+    # once per left-out group, G = 10 (its default), plasticity sampled
+    ("uncertainty (jackknife, G=10)", ("uncertainty",), SAMPLED),
 )
+JACKKNIFE_COLUMN = "uncertainty (jackknife, G=10)"
 #: the scaling columns timed a GQA group at a time, per head (k read once, key precomputations shared)
 GROUP_COLUMNS = ("read, per head of a GQA group", "all three (sampled), per head of a GQA group")
 
@@ -514,7 +522,14 @@ def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> lis
 
 
 def scaling(
-    heads: int, rows_list: list[int], out: Path, *, exhaustive: bool, log, repeat: int = 3
+    heads: int,
+    rows_list: list[int],
+    out: Path,
+    *,
+    exhaustive: bool,
+    log,
+    repeat: int = 3,
+    jackknife: bool = True,
 ) -> list[dict]:
     """Median per-head CPU seconds (``time.process_time``) of reading and of each analysis, in this
     process (no pool, no DuckDB writes, BLAS on one thread, freed memory kept as in a compute
@@ -528,7 +543,12 @@ def scaling(
     for rows in rows_list:
         units = model_units(heads, rows, out, SAMPLED, log)
         log(f"[scaling] {rows:,} vectors per file, {len(units)} heads ...")
-        cols = [c for c in SCALING_COLUMNS if exhaustive or c[0] != "plasticity (exhaustive)"]
+        cols = [
+            c
+            for c in SCALING_COLUMNS
+            if (exhaustive or c[0] != "plasticity (exhaustive)")
+            and (jackknife or c[0] != JACKKNIFE_COLUMN)
+        ]
         times: dict[str, list[float]] = {name: [] for name, _, _ in cols}
 
         def best(fn) -> float:

@@ -112,6 +112,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-exhaustive", action="store_true", help="skip every exhaustive plasticity run"
     )
     ap.add_argument(
+        "--no-jackknife",
+        action="store_true",
+        help="skip the document-group jackknife column of the scaling runs (about 10x the three analyses)",
+    )
+    ap.add_argument(
         "--no-profile",
         action="store_true",
         help="skip the cProfile of the three analyses in one process (scaling heads, main rows; "
@@ -192,7 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     scale: list[dict] = []
     if args.scaling_heads:
         rows_list = [int(r) for r in str(args.scaling_rows).split(",") if r.strip()]
-        scale = scaling(args.scaling_heads, rows_list, out, exhaustive=exhaustive, log=log)
+        scale = scaling(
+            args.scaling_heads,
+            rows_list,
+            out,
+            exhaustive=exhaustive,
+            log=log,
+            jackknife=not args.no_jackknife,
+        )
         if exhaustive:
             m["blas_calls_exhaustive"] = exhaustive_blas_floor(
                 args.scaling_heads, args.rows, out, log

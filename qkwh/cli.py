@@ -560,7 +560,22 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
-@app.command()
+class _ComputeCommand(typer.core.TyperCommand):
+    """``compute`` with ``--documents`` usable without its value (``--documents [G]``): G is
+    then the declared default of ``uncertainty.document_groups``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        args = list(args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            if arg == "--documents" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                default = analysis_registry.get("uncertainty").default_params().document_groups
+                args.insert(i + 1, str(default))
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_ComputeCommand)
 @_friendly
 def compute(
     model: Annotated[
@@ -638,6 +653,14 @@ def compute(
             help="With --executor ray: auto (this machine's cluster), ray://HOST:PORT or HOST:PORT. Default: the run config's ray_address, else $RAY_ADDRESS, else a private local Ray.",
         ),
     ] = None,
+    documents: Annotated[
+        int | None,
+        typer.Option(
+            "--documents",
+            metavar="[G]",
+            help="Also run the document-group jackknife (the opt-in analysis uncertainty, docs/metrics/jackknife.md) with G document groups (default 10): --analyses ...,uncertainty -p uncertainty.document_groups=G. About G times the cost of the other analyses.",
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run the per-head analyses (docs/metrics/) for every head with a q and a k file.
@@ -667,6 +690,8 @@ def compute(
         from qkwh.runs import check_name
 
         check_name(name)
+    if documents is not None:  # --documents [G]: the jackknife, with G groups
+        param = [*(param or []), f"uncertainty.document_groups={documents}"]
     wh = _existing_warehouse(warehouse)
     cfg, covered = (
         _named_config(name, wh)
@@ -677,6 +702,9 @@ def compute(
     names = (
         tuple(_split([analyses]) or []) if analyses is not None else covered
     )  # a named set: its analyses
+    if documents is not None:
+        base = names if names is not None else analysis_registry.default_names()
+        names = tuple(dict.fromkeys((*base, "uncertainty")))
     scope, gone = _models_with_files(wh, _split(model))
     if force:
         _say_force(wh, scope, names, cfg)
@@ -1678,7 +1706,7 @@ def demo(
         _tagged(
             "compute",
             "bold",
-            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.names())}), "
+            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.default_names())}), "
             f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
         )
     )

@@ -241,8 +241,14 @@ def sample_vectors(
     rope_phase_sd: float,
     noise_sd: float,
     dtype: np.dtype | type = np.float32,
+    example_id: np.ndarray | None = None,
+    doc_factors: np.ndarray | None = None,
 ) -> np.ndarray:
     """Vectors of one kind at the given positions (the generative model in the module docstring).
+
+    ``doc_factors`` (with ``example_id``, one per row): the a-coefficient
+    ``mu_a + alpha (t - t_c)`` of a row of example e is multiplied by ``doc_factors[e]``
+    (:func:`doc_factors`; None: documents identical in distribution).
 
     Returns
     -------
@@ -255,6 +261,10 @@ def sample_vectors(
     # structured part as one (n, m) @ (m, d) product: coefficients on [a, b, u_1, v_1, ...]
     coef = np.empty((n, 2 + 2 * n_planes))
     coef[:, 0] = mu_a + alpha * (pos - position_centre)
+    if doc_factors is not None:
+        if example_id is None:
+            raise ValueError("doc_factors needs the rows' example_id")
+        coef[:, 0] *= np.asarray(doc_factors, dtype=np.float64)[np.asarray(example_id)]
     coef[:, 1] = mu_b
     for p in range(n_planes):  # few planes; each O(n)
         phase = rope_frequencies[p] * pos + frame.phases[p]
@@ -265,6 +275,16 @@ def sample_vectors(
     dirs = np.vstack([frame.a, frame.b, frame.planes[:n_planes].reshape(2 * n_planes, frame.d)])
     out += coef @ dirs
     return out.astype(dtype, copy=False)
+
+
+def doc_factors(n_examples: int, spread: float, rng: np.random.Generator) -> np.ndarray | None:
+    """Per-document factors ``exp(spread · z_e)``, z_e ~ N(0, 1), of the planted drift and bias
+    along a (None when ``spread`` is 0: documents identical in distribution, nothing drawn)."""
+    if spread < 0:
+        raise ValueError(f"doc_spread must be >= 0; got {spread}")
+    if spread == 0:
+        return None
+    return np.exp(float(spread) * rng.standard_normal(int(n_examples)))
 
 
 def _split_planes(
@@ -295,6 +315,8 @@ def make_head(
     rope_phase_sd: float = 0.3,
     noise_sd: float = 1.0,
     drift_scale: float = 1.0,
+    doc_spread: float = 0.0,
+    doc_seed: int = 0,
     shared_positions: bool = False,
     frame: Frame | None = None,
     layer: int = 0,
@@ -318,6 +340,10 @@ def make_head(
     rope_phase_sd : per-row phase jitter of the planes (radians)
     noise_sd : isotropic Gaussian content noise (vector units)
     drift_scale : multiplies both alphas (positional strength knob)
+    doc_spread : documents differ in planted geometry: the a-coefficient (bias mu_*_a and drift)
+        of every row of example e is multiplied by exp(doc_spread · z_e), z_e ~ N(0, 1) drawn
+        from ``default_rng`` of (doc_seed, its tag), not from ``rng`` (0: identical documents;
+        the head is then the same as without the knob)
     shared_positions : K rows at exactly the Q positions/examples (needs n_q == n_k); removes the
         Q–K position-mean leak into the drift axis
     frame : planted directions (default: a fresh random :func:`make_frame`)
@@ -349,8 +375,13 @@ def make_head(
     )
     mu_q_b, mu_k_b = mu_b + separation / 2.0, mu_b - separation / 2.0
     aq, ak = alpha_q * drift_scale, alpha_k * drift_scale
-    q = sample_vectors(rng, t, mu_a=mu_q_a, mu_b=mu_q_b, alpha=aq, **common)
-    k = sample_vectors(rng, s, mu_a=mu_k_a, mu_b=mu_k_b, alpha=ak, **common)
+    factors = doc_factors(n_examples, doc_spread, _rng(doc_seed, "docs"))
+    q = sample_vectors(
+        rng, t, mu_a=mu_q_a, mu_b=mu_q_b, alpha=aq, example_id=te, doc_factors=factors, **common
+    )
+    k = sample_vectors(
+        rng, s, mu_a=mu_k_a, mu_b=mu_k_b, alpha=ak, example_id=se, doc_factors=factors, **common
+    )
     head = HeadData(
         q=q,
         q_pos=t,
@@ -393,7 +424,16 @@ def make_head(
 # ---------------------------------------------------------------------------------------------
 # dataset writer
 # ---------------------------------------------------------------------------------------------
-_KIND_TAG = {"frame": 0, "k": 1, "q": 2, "kpos": 3, "qpos": 4, "kparams": 5, "qparams": 6}
+_KIND_TAG = {
+    "frame": 0,
+    "k": 1,
+    "q": 2,
+    "kpos": 3,
+    "qpos": 4,
+    "kparams": 5,
+    "qparams": 6,
+    "docs": 7,
+}
 
 
 def _rng(seed: int, tag: str, *ids: int) -> np.random.Generator:
@@ -419,6 +459,7 @@ SYNTH_KNOBS: dict[str, str] = {
     "noise_sd": "s.d. of the isotropic Gaussian content noise (vector units)",
     "param_jitter": "relative s.d. of a per-head multiplicative jitter of the slopes, means and separation",
     "layer_drift_decay": "drift_scale of layer l is multiplied by exp(-layer_drift_decay · l / layers)",
+    "doc_spread": "documents differ: each example's bias and drift along a are scaled by exp(doc_spread · z), z ~ N(0, 1) per example (0: identical documents)",
 }
 
 
@@ -475,7 +516,8 @@ def write_dataset(
         (K-side parameters jitter per kv group, Q-side per query head)
     layer_drift_decay : drift_scale of layer ℓ is multiplied by exp(-layer_drift_decay · ℓ / n_layers)
     planted_kwargs : any other :func:`make_head` parameter (alpha_q, alpha_k, mu_q_a, mu_k_a,
-        separation, mu_b, rope_planes, rope_phase_sd, noise_sd, drift_scale)
+        separation, mu_b, rope_planes, rope_phase_sd, noise_sd, drift_scale, doc_spread); with
+        doc_spread the per-example factors are drawn once per model (every head, Q and K alike)
     """
     allowed = {
         "alpha_q",
@@ -488,6 +530,7 @@ def write_dataset(
         "rope_phase_sd",
         "noise_sd",
         "drift_scale",
+        "doc_spread",
     }
     unknown = set(planted_kwargs) - allowed
     if unknown:
@@ -521,6 +564,7 @@ def write_dataset(
         rope_phase_sd=p["rope_phase_sd"],
         noise_sd=p["noise_sd"],
     )
+    factors = doc_factors(n_examples, p["doc_spread"], _rng(seed, "docs"))
     bucket_counts: dict[int, int] = {}
     truth_rows: list[dict[str, Any]] = []
 
@@ -544,7 +588,13 @@ def write_dataset(
                 alpha=_jitter(kr, p["alpha_k"], param_jitter) * scale,
             )
             k_vec = sample_vectors(
-                _rng(seed, "k", layer, kh), kpos[0], frame=frame, **k_par, **common
+                _rng(seed, "k", layer, kh),
+                kpos[0],
+                frame=frame,
+                example_id=kpos[1],
+                doc_factors=factors,
+                **k_par,
+                **common,
             )
             write_vectors_file(
                 data_path(root, layer, kh, "k"),
@@ -563,7 +613,13 @@ def write_dataset(
                     alpha=_jitter(qr, p["alpha_q"], param_jitter) * scale,
                 )
                 q_vec = sample_vectors(
-                    _rng(seed, "q", layer, h), qpos[0], frame=frame, **q_par, **common
+                    _rng(seed, "q", layer, h),
+                    qpos[0],
+                    frame=frame,
+                    example_id=qpos[1],
+                    doc_factors=factors,
+                    **q_par,
+                    **common,
                 )
                 write_vectors_file(
                     data_path(root, layer, h, "q"),
@@ -633,8 +689,10 @@ def write_dataset(
         "total_tokens": int(n_examples * context_length),
     }
     write_saver_state(root, model_name=model_name, metadata=metadata, bucket_counts=bucket_counts)
+    truth: dict[str, Any] = {"seed": int(seed), "param_jitter": param_jitter}
+    if factors is not None:  # per-document factors (absent when documents are identical)
+        truth.update(doc_spread=p["doc_spread"], doc_factors=factors.tolist())
     (root / "_synth_truth.json").write_text(
-        json.dumps({"seed": int(seed), "param_jitter": param_jitter, "heads": truth_rows}, indent=2)
-        + "\n"
+        json.dumps({**truth, "heads": truth_rows}, indent=2) + "\n"
     )
     return root

@@ -117,3 +117,24 @@ def two_stage_bootstrap_r(
     out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n, if_constant=math.nan)
     out[distinct < min_n] = np.nan
     return out
+
+
+def jackknife_se(values: np.ndarray) -> float:
+    """Delete-a-group jackknife standard error of a statistic from its leave-group-out values.
+
+    ``values``: θ_(g), the statistic recomputed without document group g, one per group (NaN for
+    a group without a value, e.g. one with no rows, which is left out: G counts the finite
+    values).  Returns ``sqrt((G - 1) / G · Σ_g (θ_(g) - θ̄_(·))²)`` with θ̄_(·) their mean; NaN
+    when fewer than 2 are finite.
+
+    For the mean of G equal-sized groups this is the standard error of the group means,
+    ``sd(group means, ddof=1) / sqrt(G)``: θ_(g) - θ̄_(·) = -(x̄_g - x̄) / (G - 1), so
+    SE² = Σ_g (x̄_g - x̄)² / (G (G - 1)).  The dbt marts compute the same formula in SQL
+    (docs/metrics/jackknife.md).
+    """
+    v = np.asarray(values, np.float64)
+    v = v[np.isfinite(v)]
+    g = v.size
+    if g < 2:
+        return math.nan
+    return math.sqrt((g - 1) / g * float(np.sum((v - v.mean()) ** 2)))
