@@ -12,14 +12,21 @@ from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.cli import app
+from qkwh.sniffed.metadata import read_metadata
 from tests.conftest import SAMPLE, snapshot
 
 runner = CliRunner()
 
-#: what the embedded sample's capture metadata records as its text (_saver_state.json)
-SAMPLE_DATASET = json.loads((SAMPLE / "_saver_state.json").read_text())["model_metadata"][
-    "source_dataset"
-]
+
+def _recorded(root: Path) -> str | None:
+    """What a capture's metadata records as its text: an explicit ``dataset`` (saver state or
+    card), else ``source_dataset``."""
+    meta = read_metadata(root)
+    return meta.get_str("dataset") or meta.get_str("source_dataset")
+
+
+#: what the embedded sample's capture metadata records as its text
+SAMPLE_DATASET = _recorded(SAMPLE)
 
 
 def _dataset(db: Path, model_id: str | None = None) -> str | None:
@@ -64,7 +71,7 @@ def test_without_metadata_the_dataset_is_null(tmp_path: Path):
     src = tmp_path / "src"
     shutil.copytree(SAMPLE, src)
     state = json.loads((src / "_saver_state.json").read_text())
-    for key in ("source_dataset", "dataset_name"):
+    for key in ("source_dataset", "dataset_name", "dataset"):
         state["model_metadata"].pop(key, None)
     (src / "_saver_state.json").write_text(json.dumps(state))
     (src / "README.md").unlink(missing_ok=True)  # the card names the text too
@@ -78,7 +85,10 @@ def test_a_hub_subset_is_part_of_the_name(tmp_path: Path):
     shutil.copytree(SAMPLE, src)
     state = json.loads((src / "_saver_state.json").read_text())
     state["model_metadata"].update(source_dataset="wikitext", dataset_name="wikitext-2-raw-v1")
+    state["model_metadata"].pop("dataset", None)
     (src / "_saver_state.json").write_text(json.dumps(state))
+    (src / "README.md").unlink(missing_ok=True)  # a card may name the dataset explicitly
+    assert _recorded(src) == "wikitext"
     db = tmp_path / "wh.duckdb"
     _ingest(str(src), "-w", str(db), "--model-id", "wiki")
     assert _dataset(db) == "wikitext/wikitext-2-raw-v1"
@@ -86,17 +96,33 @@ def test_a_hub_subset_is_part_of_the_name(tmp_path: Path):
 
 def test_models_and_status_show_the_dataset(tmp_path: Path):
     db = tmp_path / "wh.duckdb"
-    _ingest(str(SAMPLE), "-w", str(db), "--model-id", "prose")
-    _ingest(str(SAMPLE), "-w", str(db), "--model-id", "code", "--dataset", "python-code")
+    _ingest(str(SAMPLE), "-w", str(db), "--model-id", "prose", "--dataset", "txt")
+    _ingest(str(SAMPLE), "-w", str(db), "--model-id", "code", "--dataset", "py")
     for command in ("models", "status"):
-        r = runner.invoke(app, [command, "-w", str(db)], env={"COLUMNS": "300"})
+        r = runner.invoke(app, [command, "-w", str(db)])
         assert r.exit_code == 0, r.output
         header = next(line for line in r.output.splitlines() if "model_id" in line)
         assert "dataset" in header, (command, r.output)
-        line = next(line for line in r.output.splitlines() if " code " in line)
-        assert "python-code" in line, (command, r.output)
-        line = next(line for line in r.output.splitlines() if " prose " in line)
-        assert SAMPLE_DATASET[:15] in line, (command, r.output)  # rich may shorten it
+        for model_id, dataset in (("code", "py"), ("prose", "txt")):
+            cells = [
+                c.strip()
+                for c in next(
+                    line for line in r.output.splitlines() if f" {model_id} " in line
+                ).split("│")
+            ]
+            assert dataset in cells, (command, cells)
+
+
+def test_an_explicit_dataset_key_wins_over_the_source(tmp_path: Path):
+    """A capture that names its dataset (``dataset`` in the saver state) is recorded by that name."""
+    src = tmp_path / "src"
+    shutil.copytree(SAMPLE, src)
+    state = json.loads((src / "_saver_state.json").read_text())
+    state["model_metadata"].update(dataset="python-source", source_dataset="8 text files")
+    (src / "_saver_state.json").write_text(json.dumps(state))
+    db = tmp_path / "wh.duckdb"
+    _ingest(str(src), "-w", str(db), "--model-id", "code")
+    assert _dataset(db) == "python-source"
 
 
 def test_dataset_is_for_one_source(tmp_path: Path):
