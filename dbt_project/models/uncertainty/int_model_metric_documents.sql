@@ -3,15 +3,18 @@
 -- theta_(g) is the model value computed from every jackknifed head's value without document group
 -- g, with the metric's own aggregation: plasticity buckets -> head ap_overall and deciles (the
 -- n-weighted rules of int_head_plasticity) -> model means -> first / last 20 %, drop, gaps (as
--- int_model_metric_replicates); the PCA / rotation head scalars -> model means (the mean
--- metrics of head_metric_catalogue in those groups).  A head with no rows in group g keeps its
+-- int_model_metric_replicates); the PCA / rotation head scalars (and q_beta_norm, q_R2_pos) ->
+-- model means (the mean metrics of head_metric_catalogue).  A head with no rows in group g keeps its
 -- full value there (leaving out nothing changes nothing).  Groups with no rows in any head of the
 -- model are left out: G' = the groups that have rows, and
 --   se_documents = sqrt((G' - 1) / G' * sum_g (theta_(g) - mean_g theta_(g))^2)
 -- for metrics with at least two such groups.  One row per (model, metric) with a value.
 {%- set cat = head_metric_catalogue() %}
 {%- set scalar = [] %}
-{%- for e in cat if e.agg == 'mean' and e.grp in ('pca', 'rotation') %}{% do scalar.append(e) %}{% endfor %}
+{#- head scalars averaged over heads: PCA, rotation, and the plasticity regression scalars (the
+    plasticity profile itself comes from the buckets below) -#}
+{%- for e in cat if e.agg == 'mean' and (e.grp in ('pca', 'rotation') or (e.grp == 'plasticity'
+    and not e.metric.startswith('ap_overall') and not e.metric.startswith('decile_'))) %}{% do scalar.append(e) %}{% endfor %}
 {#- the head_jackknife metrics the scalar expressions read: head_metrics column names; abs_x = abs(x) -#}
 {%- set raw = ['bias_strength', 'mu_q_a', 'var_frac_a', 'var_frac_b'] %}
 {%- for e in scalar if e.expr == e.metric and not e.metric.startswith('abs_') and e.metric not in raw %}{% do raw.append(e.metric) %}{% endfor %}
