@@ -658,7 +658,7 @@ def compute(
         typer.Option(
             "--documents",
             metavar="[G]",
-            help="Also run the document-group jackknife (the opt-in analysis uncertainty, docs/metrics/jackknife.md) with G document groups (default 10): --analyses ...,uncertainty -p uncertainty.document_groups=G. About G times the cost of the other analyses.",
+            help="Also run the document-group jackknife (the opt-in analysis uncertainty, docs/metrics/jackknife.md) with G document groups (default 10): --analyses ...,uncertainty -p uncertainty.document_groups=G. About G times the cost of the other analyses; add -p plasticity.pairs=exhaustive for plasticity's SE (sampled pairs add their noise to it).",
         ),
     ] = None,
     warehouse: WarehouseOpt = None,

@@ -305,3 +305,38 @@ def test_layer_drift_decay_weakens_later_layers(tmp_path: Path) -> None:
     truth = {t["layer"]: t for t in json.loads((root / "_synth_truth.json").read_text())["heads"]}
     assert_allclose(truth[2]["drift_scale"] / truth[0]["drift_scale"], np.exp(-3.0 * 2 / 3))
     assert_allclose(truth[2]["alpha_k"] / truth[0]["alpha_k"], np.exp(-2.0))
+
+
+def test_doc_spread_scales_each_documents_bias_and_drift(tmp_path: Path) -> None:
+    kw = dict(n_q=3000, n_k=3000, d=8, n_examples=6, context_length=1024, bucket_size=256)
+    kw.update(rope_planes=(), noise_sd=0.01, mu_q_a=4.0, alpha_q=2e-3)
+    plain, _ = synth.make_head(np.random.default_rng(5), **kw)
+    same, _ = synth.make_head(np.random.default_rng(5), doc_spread=0.0, **kw)
+    assert_array_equal(plain.q, same.q)  # 0: identical documents, the very same head
+    spread, truth = synth.make_head(np.random.default_rng(5), doc_spread=0.5, doc_seed=3, **kw)
+    factors = synth.doc_factors(6, 0.5, synth._rng(3, "docs"))  # make_head's stream
+    assert factors is not None and np.ptp(factors) > 0.3
+    centre = (1024 - 1) / 2
+    for e in range(6):
+        rows = spread.q_example == e
+        a_q = spread.q[rows].astype(np.float64) @ truth.a
+        want = factors[e] * (4.0 + 2e-3 * (spread.q_pos[rows] - centre))
+        assert_allclose(a_q, want, atol=0.05)
+    # written models: the factors are drawn once per model and listed in the truth file
+    synth.write_dataset(
+        tmp_path / "a",
+        n_layers=1,
+        n_q_heads=2,
+        n_kv_heads=1,
+        d=8,
+        rows_per_file=300,
+        doc_spread=0.5,
+    )
+    truth_file = json.loads((tmp_path / "a" / "_synth_truth.json").read_text())
+    assert truth_file["doc_spread"] == 0.5 and len(truth_file["doc_factors"]) == 16
+    synth.write_dataset(
+        tmp_path / "b", n_layers=1, n_q_heads=2, n_kv_heads=1, d=8, rows_per_file=300
+    )
+    assert "doc_factors" not in json.loads((tmp_path / "b" / "_synth_truth.json").read_text())
+    with pytest.raises(ValueError, match="doc_spread"):
+        synth.write_dataset(tmp_path / "c", doc_spread=-1.0)

@@ -79,33 +79,27 @@ def _function(analysis: Analysis) -> Callable[..., AnalysisResult]:
     return getattr(importlib.import_module(module), name)
 
 
-def _shared(head: HeadData) -> dict[str, Callable[[dict[str, Any]], Any]]:
-    """Builders of the shared per-head precomputations of ``head`` (the same functions the
-    compute layer builds them with), each reading what was built before it."""
-
-    def query(built: dict[str, Any]) -> Any:
-        return stats.query_moments(head.q, head.q_pos, head.q_bucket)
-
-    def keys(built: dict[str, Any]) -> Any:
-        stats.validate_head(head)
-        return stats.key_moments(head.k, head.k_pos)
-
-    def moments(built: dict[str, Any]) -> Any:
-        return stats.head_moments(
-            head, query=_get(built, "query_moments", head), keys=_get(built, "key_moments", head)
-        )
-
-    def layout(built: dict[str, Any]) -> Any:
-        from qkwh.analyses import plasticity
-
-        return plasticity.head_key_layout(head)
-
-    return {"query_moments": query, "key_moments": keys, "moments": moments, "key_layout": layout}
-
-
-def _get(built: dict[str, Any], name: str, head: HeadData) -> Any:
+def _build(name: str, head: HeadData, built: dict[str, Any]) -> Any:
+    """The shared per-head precomputation ``name`` of ``head``, built once into ``built`` with the
+    functions the compute layer builds it with (each reading those built before it)."""
     if name not in built:
-        built[name] = _shared(head)[name](built)
+        if name == "query_moments":
+            built[name] = stats.query_moments(head.q, head.q_pos, head.q_bucket)
+        elif name == "key_moments":
+            stats.validate_head(head)
+            built[name] = stats.key_moments(head.k, head.k_pos)
+        elif name == "moments":
+            built[name] = stats.head_moments(
+                head,
+                query=_build("query_moments", head, built),
+                keys=_build("key_moments", head, built),
+            )
+        elif name == "key_layout":
+            from qkwh.analyses import plasticity
+
+            built[name] = plasticity.head_key_layout(head)
+        else:  # pragma: no cover - the declarations name only these (declaration.SHARED)
+            raise ValueError(f"unknown shared precomputation {name!r}")
     return built[name]
 
 
@@ -122,10 +116,10 @@ def rerun(
     out: dict[str, AnalysisResult | None] = {}
     for a in analyses:
         try:
-            shared = {name: _get(built, name, head) for name in a.shared}
+            shared = {name: _build(name, head, built) for name in a.shared}
             extra = {"uses": {u: params[u] for u in a.uses}} if a.uses else {}
             out[a.name] = _function(a)(head, params[a.name], seed=seed, shared=shared, **extra)
-        except (ValueError, ArithmeticError, np.linalg.LinAlgError):
+        except (ValueError, ArithmeticError):  # numpy's LinAlgError is a ValueError
             out[a.name] = None  # too little data left for this analysis
     return out
 

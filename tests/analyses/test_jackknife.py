@@ -229,3 +229,22 @@ def test_se_documents_grows_with_the_planted_spread_and_is_small_without_it():
     # SE ~ 4 sd(exp(0.5 z)) / sqrt(20) ~ 0.5 (0.85 for this draw).
     assert se[0] < 0.1
     assert se[2] > 10 * se[0]
+
+
+def test_sampled_pairs_and_the_empirical_estimator_are_mirrored_too():
+    """With sampled pairs the left-out head draws its pairs as a fresh run would (same seed, same
+    layer and head), so the values match a fresh run too; ap_bucket_empirical is filled when
+    plasticity.empirical is on."""
+    head = _head(seed=1)
+    params = dict(_config().params)
+    params["plasticity"] = PlasticityParams(num_pairs_per_bucket=128, empirical=True)
+    cfg = RunConfig(params=tuple(params.items()))
+    buckets = _tables(head, cfg)["plasticity_buckets_jackknife"]
+    g = 2
+    ref = run_analyses(_drop(head, g, G), ["plasticity"], cfg)["plasticity"]
+    ref_b = ref.tables["plasticity_buckets"]
+    mine = buckets["doc_group"] == g
+    for c in ("ap_bucket", "ap_bucket_empirical", "n_pairs"):
+        got, want = _floats(buckets[c][mine]), np.asarray(ref_b[c], np.float64)
+        assert np.array_equal(got, want, equal_nan=True), c
+    assert np.isfinite(_floats(buckets["ap_bucket_empirical"][mine])).any()

@@ -208,3 +208,16 @@ def test_the_sql_function_returns_the_stored_rows(computed: Path):
         "FROM plasticity_buckets_jackknife ORDER BY ALL",
     )
     assert repr(sql_buckets) == repr(sorted(stored))
+
+
+def test_a_second_run_resumes_with_nothing_to_do(computed: Path, tmp_path: Path):
+    from qkwh.compute.runner import compute
+    from qkwh.config import load_run_config
+
+    db = tmp_path / "again.duckdb"
+    shutil.copy(computed, db)
+    config = load_run_config(
+        params=[f"uncertainty.document_groups={G}", "plasticity.pairs=exhaustive"]
+    )
+    report = compute(db, workers=1, analyses=("uncertainty",), config=config)
+    assert report.n_written == 0 and report.n_skipped > 0
