@@ -1559,8 +1559,10 @@ def compare(
             which = "every metric" if kinds == ["layers+documents"] else "the metrics it covers"
             out.print(
                 f"interval shown: layers+documents for {which} (the bootstrap combined with the "
-                "document-group jackknife: estimate ∓ z·sqrt(se_layers² + se_documents²)); "
-                "else layers (the bootstrap percentile interval)",
+                "document-group jackknife: estimate ∓ z·sqrt(se_layers² + se_documents²))"
+                + (
+                    "; else layers (the bootstrap percentile interval)" if "layers" in kinds else ""
+                ),
                 highlight=False,
             )
         else:
