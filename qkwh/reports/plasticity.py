@@ -501,7 +501,11 @@ def dataset_comparisons(marts: Marts) -> Drawn:
         alt.Tooltip("n_heads:Q", title="heads in both"),
     ]
     base = alt.Chart().encode(y=y)
-    zero = base.mark_rule(color="#888", strokeDash=[4, 3]).encode(x=along(x, "zero:Q"))
+    zero = (
+        alt.Chart()
+        .mark_rule(color="#888", strokeDash=[4, 3])
+        .encode(x=along(x, "zero:Q"))  # the full height of the panel
+    )
     bars = errorbar(base, x, color="#333", thickness=1.8, ticks=False)
     pts = base.mark_point(filled=True, size=60, opacity=1).encode(
         x=x, color=color, shape=alt.Shape("distinguishable:N", title="distinguishable"), tooltip=tip
