@@ -229,7 +229,7 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
     sets = list_sets(con)
     out = []
     for m, n_files, n_heads, n_analysable, ingested_at, dataset in con.execute(
-        store.load_sql("status_models")
+        _catalog_sql(con, "status_models")
     ).fetchall():
         if m in st.changed:
             built = "stale"
@@ -257,10 +257,21 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
 # -- the tables of `qkwh models` and `qkwh status`: one column per registered analysis ----------
 
 
+def _catalog_sql(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """qkwh/sql/<name>.sql; on a warehouse created before ``models.dataset`` existed and opened
+    read-only (so not migrated yet), the column reads as NULL."""
+    sql = store.load_sql(name)
+    has = con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'main' "
+        "AND table_name = 'models' AND column_name = 'dataset'"
+    ).fetchall()[0][0]
+    return sql if has else sql.replace("m.dataset", "CAST(NULL AS VARCHAR) AS dataset")
+
+
 def models_overview(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tuple]]:
     """Columns and rows of `qkwh models`: the catalog counts, then per registered analysis the
     heads its current parameter set covers, then the warnings."""
-    cur = con.execute(store.load_sql("models_overview"))
+    cur = con.execute(_catalog_sql(con, "models_overview"))
     cols = [d[0] for d in cur.description]
     rows = cur.fetchall()
     done = {(m, a): n for m, a, n in con.execute(store.load_sql("models_computed")).fetchall()}

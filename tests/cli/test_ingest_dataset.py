@@ -147,3 +147,18 @@ def test_an_older_warehouse_gains_the_column(tmp_path: Path):
     assert _dataset(db) is None
     _ingest(str(SAMPLE), "-w", str(db), "--dataset", "prose")
     assert _dataset(db) == "prose"
+
+
+def test_models_and_status_read_an_older_warehouse(tmp_path: Path):
+    """Read-only commands do not migrate: a warehouse without the column shows no dataset."""
+    db = tmp_path / "wh.duckdb"
+    _ingest(str(SAMPLE), "-w", str(db), "--dataset", "txt")
+    con = duckdb.connect(str(db))
+    try:
+        con.execute("ALTER TABLE models DROP COLUMN dataset")
+    finally:
+        con.close()
+    for command in ("models", "status"):
+        r = runner.invoke(app, [command, "-w", str(db)])
+        assert r.exit_code == 0, (command, r.output)
+        assert "smollm2" in r.output and "txt" not in r.output
