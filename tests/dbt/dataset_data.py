@@ -8,6 +8,8 @@ analysis `uncertainty` writes them), and the expected se_documents computed here
   keeps its full value there).
 * ``tiny-web``: the same planted values as ``tiny-prose`` (difference exactly 0), no jackknife.
 * ``other``: another model (no hf_model): never paired.
+* ``tiny-prose-again`` (dataset prose, like tiny-prose: not paired with it) and ``tiny-later`` (a
+  later checkpoint of the model: paired with none).
 
 Nothing here imports the marts' SQL: expectations are computed independently.
 """
@@ -46,7 +48,16 @@ PROSE = sm.ModelSpec(
 CODE = replace(PROSE, model_id="tiny-code", ap0=0.66, slope=0.30, mu_q_a=2.2)
 WEB = replace(PROSE, model_id="tiny-web")
 OTHER = replace(PROSE, model_id="other", ap0=0.5)
-DATASETS = {"tiny-prose": "prose", "tiny-code": "code", "tiny-web": "web", "other": None}
+AGAIN = replace(PROSE, model_id="tiny-prose-again")  # the same dataset as tiny-prose
+LATER = replace(PROSE, model_id="tiny-later", checkpoint_step=100)  # another checkpoint
+DATASETS = {
+    "tiny-prose": "prose",
+    "tiny-code": "code",
+    "tiny-web": "web",
+    "other": None,
+    "tiny-prose-again": "prose",
+    "tiny-later": "later-text",
+}
 JACKKNIFED = {"tiny-prose": 0.010, "tiny-code": 0.015}  # model -> scale of the group effects
 
 
@@ -127,7 +138,7 @@ def fill(con) -> None:
             )
         ],
     )
-    for spec in (PROSE, CODE, WEB, OTHER):
+    for spec in (PROSE, CODE, WEB, OTHER, AGAIN, LATER):
         tables = sm.model_rows(spec)
         tables["models"][0].update(
             hf_model=HF_MODEL if spec is not OTHER else None, dataset=DATASETS[spec.model_id]

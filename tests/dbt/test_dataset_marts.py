@@ -96,10 +96,12 @@ def test_model_comparisons_say_which_interval(dataset_build):
 def test_dataset_comparisons_pair_captures_of_one_model(dataset_build):
     rows = dataset_build.dicts("SELECT * FROM dataset_comparisons")
     pairs = {(r["model_a"], r["model_b"]) for r in rows}
-    assert pairs == {
+    assert pairs == {  # same hf_model and checkpoint, another dataset
         ("tiny-code", "tiny-prose"),
         ("tiny-code", "tiny-web"),
         ("tiny-prose", "tiny-web"),
+        ("tiny-code", "tiny-prose-again"),
+        ("tiny-prose-again", "tiny-web"),
     }
     by = {(r["model_a"], r["model_b"], r["metric"]): r for r in rows}
     cp = by[("tiny-code", "tiny-prose", "ap_drop")]
