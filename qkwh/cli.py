@@ -185,6 +185,13 @@ def ingest(
             help="Display name of the model in reports and marts (default: the model id; one source only).",
         ),
     ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Name of the text the capture ran on (default: the capture metadata's source_dataset; kept on re-ingest; one source only). Two captures of one model on different datasets are compared in dataset_comparisons.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -210,6 +217,7 @@ def ingest(
             remote=remote,
             family=family,
             label=label,
+            dataset=dataset,
             on_progress=lambda m: err.print(m, style="dim"),
             confirm=lambda what: _confirm(what, yes),
         )
@@ -219,8 +227,8 @@ def ingest(
         raise InputError(
             "--model-id names one model: give one source (branches take their ids from the registry)"
         )
-    if family is not None or label is not None:
-        raise InputError("--family / --label describe one model: give one source")
+    if family is not None or label is not None or dataset is not None:
+        raise InputError("--family / --label / --dataset describe one model: give one source")
     _ingest_many(
         sources,
         all_branches=all_branches,
@@ -1479,7 +1487,10 @@ def compare(
     For each metric: both models' values with their 95 % layer-cluster bootstrap intervals, the
     difference A - B with its interval, and the verdict: `A > B` / `A < B` when the interval
     excludes 0, `cannot tell` when it holds 0.  Reads model_comparisons and model_metric_ci
-    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.
+    (run `qkwh build` first); the metrics compared are the dbt var comparison_metrics.  Two
+    captures of one model on different datasets are compared head by head (dataset_comparisons);
+    a model with a document-group jackknife (`compute --documents`) gets intervals that also
+    count document noise (docs/uncertainty.md).
     """
     from qkwh.compare import compare as run
     from qkwh.compare import fmt as num
@@ -1508,7 +1519,12 @@ def compare(
         "A − B",
         f"{pct} interval",
         "verdict",
-        title=f"{model_a} (A) vs {model_b} (B): layer-cluster bootstrap",
+        title=f"{model_a} (A) vs {model_b} (B): "
+        + (
+            "one model on two datasets, paired head by head"
+            if any(r.paired for r in rows)
+            else "layer-cluster bootstrap"
+        ),
     )
     for r in rows:
         table.add_row(
@@ -1529,11 +1545,34 @@ def compare(
         out.print(f"note: {n}", highlight=False)
     n_boot = next((r.n_boot for r in rows if r.n_boot), None)
     if n_boot:
+        paired = any(r.paired for r in rows)
         out.print(
-            f"intervals: {n_boot} replicates redrawing each model's layers; `cannot tell` = "
-            f"the interval of A − B holds 0",
+            f"intervals: {n_boot} replicates redrawing "
+            + (
+                "the layers of the heads both captures hold (paired: the same draw for A and B)"
+                if paired
+                else "each model's layers"
+            )
+            + "; `cannot tell` = the interval of A − B holds 0",
             highlight=False,
         )
+        kinds = sorted({r.interval for r in rows if r.interval})
+        if "layers+documents" in kinds:
+            which = "every metric" if kinds == ["layers+documents"] else "the metrics it covers"
+            out.print(
+                f"interval shown: layers+documents for {which} (the bootstrap combined with the "
+                "document-group jackknife: estimate ∓ z·sqrt(se_layers² + se_documents²))"
+                + (
+                    "; else layers (the bootstrap percentile interval)" if "layers" in kinds else ""
+                ),
+                highlight=False,
+            )
+        else:
+            out.print(
+                "interval shown: layers (no document-group jackknife; `qkwh compute "
+                "--documents` adds document noise)",
+                highlight=False,
+            )
 
 
 @app.command()

@@ -2,8 +2,11 @@
 
 Reads the ``model_comparisons`` and ``model_metric_ci`` marts (built by ``qkwh build``) through a
 read-only connection and returns, per metric, both models' values with their layer-cluster
-bootstrap intervals, the difference A - B with its interval, and a verdict.  Nothing is computed
-here: the numbers are the marts', only oriented so that A comes first.
+bootstrap intervals, the difference A - B with its interval, and a verdict.  When A and B are two
+captures of one model on different datasets (a pair of ``dataset_comparisons``), the paired form
+is used: the difference over the heads both hold, with paired layer draws.  Where a model has a
+document-group jackknife the intervals are the combined ones (``interval`` says which).
+Nothing is computed here: the numbers are the marts', only oriented so that A comes first.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class MetricComparison:
     ci_low: float | None
     ci_high: float | None
     distinguishable: bool | None
+    interval: str | None  # 'layers' | 'layers+documents' (None without an interval)
+    paired: bool  # from dataset_comparisons: two captures of one model, compared head by head
     level: float | None
     n_boot: int | None
     seed: int | None
@@ -99,7 +104,17 @@ def compare(
                     f"no comparison for metric {', '.join(map(repr, bad))}; compared metrics: "
                     f"{', '.join(available) or 'none'} (dbt var comparison_metrics)"
                 )
-        cur = con.execute(store.load_sql("compare_models"), [model_a, model_b, metrics or None])
+        paired = "dataset_comparisons" in present and bool(
+            con.execute(
+                "SELECT count(*) FROM dataset_comparisons WHERE (model_a = $1 AND model_b = $2) "
+                "OR (model_a = $2 AND model_b = $1)",
+                [model_a, model_b],
+            ).fetchall()[0][0]
+        )
+        cur = con.execute(
+            store.load_sql("compare_datasets" if paired else "compare_models"),
+            [model_a, model_b, metrics or None],
+        )
         names = [d[0] for d in cur.description]
         rows = [
             MetricComparison(**{k: _clean(v) for k, v in zip(names, r)}) for r in cur.fetchall()
@@ -136,6 +151,8 @@ FIELDS = (
     "n_boot",
     "seed",
     "note",
+    "interval",
+    "paired",
 )
 
 

@@ -32,6 +32,7 @@ class ModelFacts:
     hf_model: str | None
     family: str | None
     label: str | None
+    dataset: str | None
     params_b: float | None
     num_layers: int | None
     num_q_heads: int
@@ -113,15 +114,19 @@ def resolve_facts(
     source: str,
     family: str | None = None,
     label: str | None = None,
+    dataset: str | None = None,
 ) -> tuple[ModelFacts, list[Finding]]:
     """Combine --model-id, the registry and the dataset metadata (docs/input-format.md#which-model-and-its-facts).
 
     ``family`` and ``label`` (``--family`` / ``--label``) name the model in reports; given, they
-    win over the registry (a different registry family is recorded as a warning).
+    win over the registry (a different registry family is recorded as a warning).  ``dataset``
+    (``--dataset``) names the text the capture ran on; else the capture metadata's
+    (:func:`metadata_dataset`).
     """
     findings: list[Finding] = []
     family = (family or "").strip() or None
     label = (label or "").strip() or None
+    dataset = (dataset or "").strip() or None
     entry = (
         registry.get(model_id)
         if model_id
@@ -218,6 +223,7 @@ def resolve_facts(
         hf_model=meta.model_name or (e.hf_model if e else None),
         family=family or (e.family if e else None),
         label=label,
+        dataset=dataset or metadata_dataset(meta),
         params_b=e.params_b if e else None,
         num_layers=(e.num_layers if e else None)
         or meta.get_int("num_hidden_layers", "head_sampling_num_layers"),
@@ -261,6 +267,20 @@ def resolve_facts(
     return facts, findings
 
 
+def metadata_dataset(meta: DatasetMetadata) -> str | None:
+    """The text a capture ran on, as its metadata records it: ``dataset`` when given, else
+    ``source_dataset`` (what `qkwh capture` writes: a Hub dataset id, a file name, or a label)
+    with ``/dataset_name`` (the Hub subset) when there is one; None when neither is recorded."""
+    explicit = meta.get_str("dataset")
+    if explicit:
+        return explicit.strip() or None
+    source = (meta.get_str("source_dataset") or "").strip()
+    if not source:
+        return None
+    subset = (meta.get_str("dataset_name") or "").strip()
+    return f"{source}/{subset}" if subset else source
+
+
 def _float(v) -> float | None:
     try:
         return float(v) if v not in (None, "") else None
@@ -290,6 +310,7 @@ def ingest(
     remote: bool = False,
     family: str | None = None,
     label: str | None = None,
+    dataset: str | None = None,
     confirm: Callable[[str], None] | None = None,
 ) -> IngestReport:
     """Validate ``source`` and (re)place its model's catalog in the warehouse.
@@ -302,7 +323,8 @@ def ingest(
     ``remote``: catalog a Hub branch in place (footers and integer columns read over the network,
     ``hf://`` URIs stored) instead of downloading it.  ``family`` / ``label`` set the model's
     family and display name (they win over the registry); None keeps those stored by the last
-    ingest of the model, blank clears them.
+    ingest of the model, blank clears them.  ``dataset`` names the text the capture ran on (else
+    the capture metadata's); None keeps the stored one, blank clears it (then the metadata's).
 
     An explicit ``model_id`` that is not an identifier (:mod:`qkwh.ids`) is refused before
     anything is read or opened; an id found in the registry is checked before anything is written.
@@ -350,11 +372,12 @@ def ingest(
             source=source,
             family=family,
             label=label,
+            dataset=dataset,
         )
         check_model_id(facts.model_id, origin=f"{source}: registry model id")
         _refuse_case_collision(con, facts.model_id, source)
         facts, findings = _keep_names(
-            con, facts, findings, family=family, label=label, registry=registry
+            con, facts, findings, family=family, label=label, dataset=dataset, registry=registry
         )
         if remote:
             findings.append(
@@ -404,19 +427,22 @@ def _keep_names(
     *,
     family: str | None,
     label: str | None,
+    dataset: str | None = None,
     registry: dict[str, ModelEntry],
 ) -> tuple[ModelFacts, list[Finding]]:
-    """Keep the stored family and label of a model already in the warehouse when ``--family`` /
-    ``--label`` are not given (None); given blank, they are cleared (the family falls back to
-    the registry's)."""
-    if family is not None and label is not None:
+    """Keep the stored family, label and dataset of a model already in the warehouse when
+    ``--family`` / ``--label`` / ``--dataset`` are not given (None); given blank, they are
+    cleared (the family falls back to the registry's, the dataset to the capture metadata's)."""
+    if family is not None and label is not None and dataset is not None:
         return facts, findings
     row = con.execute(
-        "SELECT family, label FROM models WHERE model_id = ?", [facts.model_id]
+        "SELECT family, label, dataset FROM models WHERE model_id = ?", [facts.model_id]
     ).fetchall()
     if not row:
         return facts, findings
-    stored_family, stored_label = row[0]
+    stored_family, stored_label, stored_dataset = row[0]
+    if dataset is None and stored_dataset is not None:
+        facts = replace(facts, dataset=stored_dataset)
     if family is None:
         facts = replace(facts, family=stored_family)
         entry = registry.get(facts.model_id) if facts.in_registry else None

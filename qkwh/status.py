@@ -221,14 +221,15 @@ class ModelStatus:
     ingested_at: dt.datetime | None
     sets: list[ParamSet] = field(default_factory=list)
     built: str = ""  # 'up to date' | 'stale' | 'not built'
+    dataset: str | None = None  # the text the capture ran on (models.dataset)
 
 
 def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness]:
     st = staleness(con)
     sets = list_sets(con)
     out = []
-    for m, n_files, n_heads, n_analysable, ingested_at in con.execute(
-        store.load_sql("status_models")
+    for m, n_files, n_heads, n_analysable, ingested_at, dataset in con.execute(
+        _catalog_sql(con, "status_models")
     ).fetchall():
         if m in st.changed:
             built = "stale"
@@ -247,6 +248,7 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
                 ingested_at,
                 [s for s in sets if s.model_id == m],
                 built,
+                dataset,
             )
         )
     return out, st
@@ -255,10 +257,21 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
 # -- the tables of `qkwh models` and `qkwh status`: one column per registered analysis ----------
 
 
+def _catalog_sql(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """qkwh/sql/<name>.sql; on a warehouse created before ``models.dataset`` existed and opened
+    read-only (so not migrated yet), the column reads as NULL."""
+    sql = store.load_sql(name)
+    has = con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'main' "
+        "AND table_name = 'models' AND column_name = 'dataset'"
+    ).fetchall()[0][0]
+    return sql if has else sql.replace("m.dataset", "CAST(NULL AS VARCHAR) AS dataset")
+
+
 def models_overview(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[tuple]]:
     """Columns and rows of `qkwh models`: the catalog counts, then per registered analysis the
     heads its current parameter set covers, then the warnings."""
-    cur = con.execute(store.load_sql("models_overview"))
+    cur = con.execute(_catalog_sql(con, "models_overview"))
     cols = [d[0] for d in cur.description]
     rows = cur.fetchall()
     done = {(m, a): n for m, a, n in con.execute(store.load_sql("models_computed")).fetchall()}
@@ -286,6 +299,7 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
     rows = [
         [
             m.model_id,
+            m.dataset or "",
             f"{m.ingested_at:%Y-%m-%d %H:%M}" if m.ingested_at else "",
             f"{m.n_heads} ({m.n_analysable})",
             *(_sets_cell([s for s in m.sets if s.analysis == a]) for a in names),
@@ -293,4 +307,4 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
         ]
         for m in models
     ]
-    return ["model_id", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows
+    return ["model_id", "dataset", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows

@@ -157,7 +157,7 @@ def test_a_toy_analysis_declared_once_is_everywhere(norms, tmp_path: Path):
         # `qkwh status` and `qkwh models`: a column for the toy
         models, _ = status.status(con)
         columns, rows = status.status_table(models)
-        assert columns[3:-1] == [*registry.BUILTIN, "norms"]  # the built-ins, in order
+        assert columns[4:-1] == [*registry.BUILTIN, "norms"]  # the built-ins, in order
         assert rows[0][columns.index("norms")] == "-"  # nothing computed yet
         columns, rows = status.models_overview(con)
         assert columns[-len(registry.BUILTIN) - 2 :] == [*registry.BUILTIN, "norms", "warnings"]

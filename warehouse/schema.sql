@@ -18,6 +18,7 @@ CREATE TABLE IF NOT EXISTS models (
     hf_model              VARCHAR,               -- model captured (metadata / registry)
     family                VARCHAR,
     label                 VARCHAR,               -- display name in reports (ingest --label), else model_id
+    dataset               VARCHAR,               -- text the capture ran on (ingest --dataset, else capture metadata)
     params_b              DOUBLE,
     num_layers            INTEGER,
     num_q_heads           INTEGER,               -- n_q: query heads per layer
@@ -45,6 +46,8 @@ CREATE TABLE IF NOT EXISTS models (
 );
 -- warehouses created before the label column existed get it here (idempotent)
 ALTER TABLE models ADD COLUMN IF NOT EXISTS label VARCHAR;
+-- ... and before the dataset column existed
+ALTER TABLE models ADD COLUMN IF NOT EXISTS dataset VARCHAR;
 
 CREATE TABLE IF NOT EXISTS files (
     model_id        VARCHAR NOT NULL,

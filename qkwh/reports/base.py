@@ -99,6 +99,7 @@ MARTS: frozenset[str] = frozenset(
         "model_summary",
         "model_metric_ci",
         "model_comparisons",
+        "dataset_comparisons",
         "plasticity_length_bins",
         "plasticity_heatmap_model",
         "plasticity_buckets_gap",

@@ -6,7 +6,9 @@ recomputed per replicate, the middle ``level`` share of the replicates kept).  T
 attaches those intervals to a figure's records, writes the caption sentence that says what the
 interval is (level, method, B, resampling unit, read from the mart), and draws the error bars.
 A model without an interval (too few layers with a value) keeps its point, drawn hollow, and the
-caption and tooltip say why.
+caption and tooltip say why.  With ``combined=True`` a model that has a document-group jackknife
+gets the combined interval instead (layers and documents, ``ci_low_combined``), and the caption
+and tooltip name which interval each point carries.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class Intervals:
     remembers the row, so :meth:`caption` describes exactly the intervals that were drawn.
     """
 
-    def __init__(self, marts: Marts, metrics: Iterable[str]) -> None:
+    def __init__(self, marts: Marts, metrics: Iterable[str], *, combined: bool = False) -> None:
         self.marts = marts
+        self.combined = combined
         self.available = marts.has(CI_MART)
         wanted = sorted(set(metrics))
         rows = (
@@ -69,6 +72,9 @@ class Intervals:
             return {"ci_low": None, "ci_high": None, "interval": f"none: {why}", "n_layers": None}
         self._used[(model_id, metric)] = r
         lo, hi = r.get("ci_low"), r.get("ci_high")
+        kind = "layers"
+        if self.combined and r.get("ci_low_combined") is not None:
+            lo, hi, kind = r["ci_low_combined"], r["ci_high_combined"], "layers+documents"
         if lo is None or hi is None:
             return {
                 "ci_low": None,
@@ -81,7 +87,8 @@ class Intervals:
         return {
             "ci_low": lo,
             "ci_high": hi,
-            "interval": f"[{fmt(lo)}, {fmt(hi)}] ({pct(r['level'])})",
+            "interval": f"[{fmt(lo)}, {fmt(hi)}] ({pct(r['level'])}"
+            + (f", {kind})" if self.combined else ")"),
             "n_layers": r.get("n_layers"),
         }
 
@@ -110,6 +117,25 @@ class Intervals:
             )
         else:
             parts.append(f"{what}: none drawn.")
+        if self.combined:
+            docs = sorted(
+                {
+                    self.marts.display(r["model_id"])
+                    for r in with_ci
+                    if r.get("ci_low_combined") is not None
+                }
+            )
+            if docs:
+                parts.append(
+                    f"For {', '.join(docs)} the bar is the combined interval (layers+documents): "
+                    "estimate ∓ z·sqrt(se² + se_documents²), adding the document-group "
+                    "jackknife's standard error to the bootstrap's (docs/uncertainty.md)."
+                )
+            else:
+                parts.append(
+                    "No model has a document-group jackknife, so the bars count layer noise "
+                    "only (`qkwh compute --documents` adds document noise)."
+                )
         missing: dict[str, set[str]] = {}
         for r in used:
             if r.get("ci_low") is None:

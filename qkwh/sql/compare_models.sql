@@ -1,11 +1,12 @@
 -- `qkwh compare A B`: the model_comparisons rows of one pair, oriented as A - B whichever order
--- the mart stores them in, with each model's own estimate and interval from model_metric_ci.
+-- the mart stores them in, with each model's own estimate and interval from model_metric_ci (the
+-- combined one where the model has a document jackknife).
 -- $1 = model A, $2 = model B, $3 = metric names (VARCHAR[]) or NULL for every compared metric.
 WITH pair AS (
     SELECT
         metric,
         model_a = $1 AS as_stored,
-        difference, ci_low, ci_high, distinguishable, n_boot, level, seed, note
+        difference, ci_low, ci_high, distinguishable, "interval", n_boot, level, seed, note
     FROM model_comparisons
     WHERE (model_a = $1 AND model_b = $2) OR (model_a = $2 AND model_b = $1)
 )
@@ -16,15 +17,17 @@ SELECT
     a.label AS label_a,
     b.label AS label_b,
     a.estimate AS estimate_a,
-    a.ci_low AS ci_low_a,
-    a.ci_high AS ci_high_a,
+    coalesce(a.ci_low_combined, a.ci_low) AS ci_low_a,
+    coalesce(a.ci_high_combined, a.ci_high) AS ci_high_a,
     b.estimate AS estimate_b,
-    b.ci_low AS ci_low_b,
-    b.ci_high AS ci_high_b,
+    coalesce(b.ci_low_combined, b.ci_low) AS ci_low_b,
+    coalesce(b.ci_high_combined, b.ci_high) AS ci_high_b,
     CASE WHEN p.as_stored THEN p.difference ELSE -p.difference END AS difference,
     CASE WHEN p.as_stored THEN p.ci_low ELSE -p.ci_high END AS ci_low,
     CASE WHEN p.as_stored THEN p.ci_high ELSE -p.ci_low END AS ci_high,
     p.distinguishable,
+    p."interval",
+    false AS paired,
     p.level,
     p.n_boot,
     p.seed,

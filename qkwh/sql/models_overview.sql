@@ -4,6 +4,7 @@
 SELECT m.model_id,
        m.label,
        m.family,
+       m.dataset,
        m.source_kind AS source,
        m.n_files AS files,
        m.n_rows AS "rows",

@@ -40,6 +40,7 @@ MARTS = [
     "published_comparison",
     "model_metric_ci",
     "model_comparisons",
+    "dataset_comparisons",
     "head_rotation_pairs",
 ]
 SPECS = {s.model_id: s for s in sm.BASE_MODELS}

@@ -17,6 +17,7 @@ merged as (
         c.model_id,
         coalesce(c.family, r.family) as family,
         coalesce(c.label, c.model_id) as label,
+        c.dataset,
         coalesce(c.hf_model, r.hf_model) as hf_model,
         coalesce(c.params_b, r.params_b) as params_b,
         coalesce(c.study, r.study) as study,

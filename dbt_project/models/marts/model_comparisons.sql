@@ -2,7 +2,11 @@
 -- difference = estimate(a) - estimate(b) and its bootstrap interval from replicate b of a minus
 -- replicate b of b (the two models' layer draws are independent streams).  distinguishable =
 -- the interval excludes 0; NULL when either model has no interval for the metric.
+-- When either model has a document-group jackknife (model_metric_ci.se_documents), the interval
+-- shown is the combined one, difference -/+ z * sqrt(se^2 + se_documents_a^2 + se_documents_b^2)
+-- (`interval` = 'layers+documents'); else the percentile interval ('layers').
 {%- set level = var('ci_level') %}
+{%- set z = normal_z(level) %}
 {%- set metrics = var('comparison_metrics') %}
 with ci as (
     select * from {{ ref('model_metric_ci') }}
@@ -19,6 +23,8 @@ pairs as (
         b.label as label_b,
         a.estimate as estimate_a,
         b.estimate as estimate_b,
+        a.se_documents as se_documents_a,
+        b.se_documents as se_documents_b,
         (a.ci_low is not null and b.ci_low is not null) as both_have_intervals
     from ci as a
     join ci as b on b.metric = a.metric and a.model_id < b.model_id
@@ -54,6 +60,34 @@ boot as (
         count(diff) as n_boot_valid
     from diffs
     group by metric, model_a, model_b
+),
+
+shown as (
+    select
+        p.*,
+        b.se,
+        b.n_boot_valid,
+        case
+            when b.ci_low is null then null
+            when p.se_documents_a is null and p.se_documents_b is null then 'layers'
+            else 'layers+documents'
+        end as "interval",
+        sqrt(b.se * b.se + coalesce(p.se_documents_a, 0) ^ 2 + coalesce(p.se_documents_b, 0) ^ 2)
+            as se_combined,
+        b.ci_low as q_low,
+        b.ci_high as q_high
+    from pairs as p
+    left join boot as b using (metric, model_a, model_b)
+),
+
+bounds as (
+    select
+        *,
+        case when "interval" = 'layers+documents'
+             then (estimate_a - estimate_b) - {{ z }} * se_combined else q_low end as ci_low,
+        case when "interval" = 'layers+documents'
+             then (estimate_a - estimate_b) + {{ z }} * se_combined else q_high end as ci_high
+    from shown
 )
 
 select
@@ -66,15 +100,22 @@ select
     p.estimate_a,
     p.estimate_b,
     p.estimate_a - p.estimate_b as difference,
-    b.ci_low,
-    b.ci_high,
-    b.se,
-    case when b.ci_low is not null then b.ci_low > 0 or b.ci_high < 0 end as distinguishable,
-    coalesce(b.n_boot_valid, 0) as n_boot_valid,
+    p.ci_low,
+    p.ci_high,
+    p.se,
+    p.se_documents_a,
+    p.se_documents_b,
+    p."interval",
+    case when p.ci_low is not null then p.ci_low > 0 or p.ci_high < 0 end as distinguishable,
+    coalesce(p.n_boot_valid, 0) as n_boot_valid,
     {{ var('n_boot') }} as n_boot,
     cast({{ level }} as double) as level,
     {{ var('boot_seed') }} as seed,
     'layer_cluster_bootstrap_percentile_difference' as method,
-    case when not p.both_have_intervals then 'a model has no interval for this metric (too few layers)' end as note
-from pairs as p
-left join boot as b using (metric, model_a, model_b)
+    case
+        when not p.both_have_intervals then 'a model has no interval for this metric (too few layers)'
+        when (p.se_documents_a is null) <> (p.se_documents_b is null)
+            then 'only ' || case when p.se_documents_a is null then p.model_b else p.model_a end
+                 || ' has a document jackknife; the other''s document noise is not counted'
+    end as note
+from bounds as p

@@ -6,8 +6,12 @@
 -- percentiles (1 - level) / 2 and (1 + level) / 2 of replicates 1..n_boot and se is their
 -- standard deviation.  Metrics present in fewer than var('min_layers') layers get NULL bounds and
 -- a note.  Metrics without a value for the model (e.g. the empirical estimator not computed)
--- have no row.
+-- have no row.  When the model has a document-group jackknife (the analysis `uncertainty`),
+-- se_documents is its document-level standard error (int_model_metric_documents) and
+-- ci_low_combined / ci_high_combined = estimate -/+ z * sqrt(se^2 + se_documents^2) (z for the
+-- level: 1.96 at 95 %); NULL without a jackknife or without a bootstrap se.
 {%- set level = var('ci_level') %}
+{%- set z = normal_z(level) %}
 {%- set derived = derived_metric_groups() %}
 with reps as (
     select * from {{ ref('int_model_metric_replicates') }}
@@ -73,6 +77,26 @@ boot as (
 
 models as (
     select model_id, family, label from {{ ref('int_models') }}
+),
+
+documents as (
+    select model_id, metric, se_documents, n_document_groups
+    from {{ ref('int_model_metric_documents') }}
+),
+
+layers as (
+    select
+        p.*,
+        case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.q_low end as ci_low,
+        case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.q_high end as ci_high,
+        case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.sd end as se,
+        s.n_heads,
+        s.n_layers,
+        b.n_boot_valid,
+        b.n_boot_drawn
+    from point as p
+    left join support as s on s.model_id = p.model_id and s.metric = p.support_metric
+    left join boot as b on b.model_id = p.model_id and b.metric = p.metric
 )
 
 select
@@ -83,24 +107,29 @@ select
     p.metric_group,
     p.agg as aggregation,
     p.estimate,
-    case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.q_low end as ci_low,
-    case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.q_high end as ci_high,
-    case when s.n_layers >= {{ var('min_layers') }} and b.n_boot_valid >= 2 then b.sd end as se,
-    s.n_heads,
-    s.n_layers,
-    coalesce(b.n_boot_valid, 0) as n_boot_valid,
+    p.ci_low,
+    p.ci_high,
+    p.se,
+    d.se_documents,
+    case when p.se is not null and d.se_documents is not null
+         then p.estimate - {{ z }} * sqrt(p.se * p.se + d.se_documents * d.se_documents) end as ci_low_combined,
+    case when p.se is not null and d.se_documents is not null
+         then p.estimate + {{ z }} * sqrt(p.se * p.se + d.se_documents * d.se_documents) end as ci_high_combined,
+    d.n_document_groups,
+    p.n_heads,
+    p.n_layers,
+    coalesce(p.n_boot_valid, 0) as n_boot_valid,
     {{ var('n_boot') }} as n_boot,
     cast({{ level }} as double) as level,
     {{ var('boot_seed') }} as seed,
     'layer_cluster_bootstrap_percentile' as method,
     case
-        when s.n_layers < {{ var('min_layers') }}
+        when p.n_layers < {{ var('min_layers') }}
             then 'fewer than {{ var('min_layers') }} layers with a value: no interval'
-        when b.n_boot_valid < b.n_boot_drawn
-            then cast(b.n_boot_drawn - b.n_boot_valid as varchar)
+        when p.n_boot_valid < p.n_boot_drawn
+            then cast(p.n_boot_drawn - p.n_boot_valid as varchar)
                  || ' replicates drew no layer with a value; the interval uses the others'
     end as note
-from point as p
+from layers as p
 join models as m using (model_id)
-left join support as s on s.model_id = p.model_id and s.metric = p.support_metric
-left join boot as b on b.model_id = p.model_id and b.metric = p.metric
+left join documents as d on d.model_id = p.model_id and d.metric = p.metric

@@ -62,6 +62,7 @@ select
     m.model_id,
     m.family,
     m.label,
+    m.dataset,
     m.hf_model,
     m.params_b,
     m.study,

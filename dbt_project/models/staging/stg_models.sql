@@ -9,6 +9,7 @@ select
     hf_model,
     family,
     nullif(trim(label), '') as label,
+    nullif(trim(dataset), '') as dataset,
     params_b,
     num_layers,
     num_q_heads,
