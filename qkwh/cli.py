@@ -1678,7 +1678,9 @@ def demo(
     """Run the whole pipeline on the embedded samples (what `make demo` runs).
 
     Ingest the two sample captures (SmolLM2-135M, 12 query heads, on technical prose and on
-    Python source code), compute their heads, build the marts and draw the report
+    Python source code), compute their heads (the three default analyses plus the opt-in RoPE
+    bands and document jackknife, so the report shows the band figures and the comparison of the
+    two datasets with document-level intervals), build the marts and draw the report
     (./reports/demo), then print commands to go on with that work as printed in the same folder.
     In a warehouse holding other models only the sample models are added or refreshed: no model
     is dropped or recomputed, and the file is never deleted.  Everything is checked before anything
@@ -1689,7 +1691,7 @@ def demo(
     from qkwh import store
     from qkwh.build import build as run_build
     from qkwh.compute.runner import compute as run_compute
-    from qkwh.demo import SAMPLE_MODEL_IDS, next_steps, prepare
+    from qkwh.demo import SAMPLE_MODEL_IDS, demo_analyses, next_steps, prepare
     from qkwh.ingest import ingest as run_ingest
     from qkwh.paths import SAMPLE_DIRS
     from qkwh.reports.render import render
@@ -1708,16 +1710,15 @@ def demo(
         rep = run_ingest(str(sample), warehouse=wh)
         out.print(_tagged("ingest ", "bold", rep.summary()))
         ids.append(rep.model_id)
-    # Place for the dataset-dependence steps once they exist: the document jackknife (compute
-    # with uncertainty.document_groups, `qkwh compute --documents`) of `ids` goes with this
-    # compute, and the paired comparison of the two samples (one model, two datasets) after the
-    # build, in the summary and in demo.next_steps (which already suggests `qkwh compare`).
-    crep = run_compute(wh, models=ids)
+    # the three default analyses plus the two opt-in ones (the RoPE bands and the document
+    # jackknife, uncertainty.document_groups at its default): the demo shows everything
+    analyses = demo_analyses()
+    crep = run_compute(wh, models=ids, analyses=analyses)
     out.print(
         _tagged(
             "compute",
             "bold",
-            f"{crep.n_written} head(s) computed ({', '.join(analysis_registry.default_names())}), "
+            f"{crep.n_written} head(s) computed ({', '.join(analyses)}), "
             f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
         )
     )

@@ -82,6 +82,15 @@ def default_warehouse() -> Path:
     return DEMO_WAREHOUSE.expanduser().resolve()
 
 
+def demo_analyses() -> tuple[str, ...]:
+    """What the demo computes: every registered analysis, the opt-in ones included (the RoPE
+    bands and the document-group jackknife cost more than the rule for the default set allows,
+    but on 24 sample heads they take seconds)."""
+    from qkwh.analyses import registry
+
+    return registry.names()
+
+
 def next_steps(wh: Path) -> list[str]:
     """The commands the demo suggests, written so that they work as printed in the working
     directory: ``-w`` (and a path for ``qkwh.open``) only when ``wh`` is not what the commands
@@ -106,6 +115,8 @@ def next_steps(wh: Path) -> list[str]:
         f"qkwh models{w}",
         f'qkwh sql{w} "SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary"',
         f"qkwh compare {first} {second}{w}",
+        f'qkwh sql{w} "SELECT metric, difference, ci_low, ci_high, interval, distinguishable '
+        f"FROM dataset_comparisons WHERE metric LIKE 'ap_%'\"",
         f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
         f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}",
     ]

@@ -10,13 +10,13 @@ import math
 import dataset_data as dd
 import numpy as np
 import pytest
-from conftest import Built, _quiet
 from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.build import build
 from qkwh.cli import app
 from qkwh.compare import compare
+from tests.dbt.conftest import Built, _quiet
 
 Z95 = 1.959963984540054
 

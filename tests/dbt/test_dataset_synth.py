@@ -11,11 +11,11 @@ from each of the three; among the three same-mix pairs at most one may come out 
 from __future__ import annotations
 
 import pytest
-from conftest import Built, _quiet
 from typer.testing import CliRunner
 
 from qkwh.build import build
 from qkwh.cli import app
+from tests.dbt.conftest import Built, _quiet
 
 pytestmark = pytest.mark.slow
 
