@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.cli import app
-from qkwh.demo import SAMPLE_MODEL_ID, SAMPLE_MODEL_IDS, next_steps, prepare
+from qkwh.demo import SAMPLE_MODEL_ID, SAMPLE_MODEL_IDS, demo_analyses, next_steps, prepare
 from tests.conftest import snapshot
 
 runner = CliRunner()
@@ -150,7 +150,9 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(
     assert models == ["smollm2-135m", "smollm2-135m-code", "synth-a", "synth-b"]
     assert set(SAMPLE_MODEL_IDS) | {"synth-a"} <= set(summary)
     assert "synth-b" not in runs  # the demo computes the samples' heads only
-    assert {m: runs[m] for m in SAMPLE_MODEL_IDS} == dict.fromkeys(SAMPLE_MODEL_IDS, 12 * 3)
+    # every analysis, the opt-in RoPE bands and document jackknife too, on each sample's 12 heads
+    assert demo_analyses() == ("pca", "rotation", "plasticity", "rope", "uncertainty")
+    assert {m: runs[m] for m in SAMPLE_MODEL_IDS} == dict.fromkeys(SAMPLE_MODEL_IDS, 12 * 5)
     # the summary table shows both samples, one row each
     assert [ln.split()[1] for ln in r.output.splitlines() if "│ smollm2-135m" in ln] == list(
         SAMPLE_MODEL_IDS
