@@ -50,3 +50,52 @@
     {{ mean2(d[6], d[7]) }} - {{ mean2(d[4], d[5]) }} as mid_context_recovery{{ suffix }}
     {%- endif %}
 {%- endmacro %}
+
+{#
+  model_plasticity_derived: the model-level derived plasticity and gauss_gap columns from metric
+  values in long form.  `relation` holds one row per (keys..., metric) with the value in column
+  `value`; the macro pivots ap_overall and decile_0..9 of both estimators to wide columns, applies
+  plasticity_derived (quintiles, first / last 20 %, drop, recovery) per estimator and the two
+  gauss_gap columns.  `carry` lists further metrics pivoted alongside and passed through as
+  columns of the same name (e.g. bias_strength).  Yields one select statement (use it as a CTE
+  body or subquery) with the key columns, ap_overall[_empirical], the carried columns, the derived
+  columns and gauss_gap / gauss_gap_drop.  Shared by the replicate, document-jackknife and
+  dataset-pair models of models/uncertainty/.
+#}
+{% macro model_plasticity_derived(relation, keys, value='value', carry=[]) -%}
+    select
+        *,
+        {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
+        {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
+    from (
+        select
+            {%- for k in keys %}
+            w.{{ k }},
+            {%- endfor %}
+            w.ap_overall,
+            w.ap_overall_empirical,
+            {%- for c in carry %}
+            w.{{ c }},
+            {%- endfor %}
+            {%- for e in plasticity_estimators() %}
+            {{ plasticity_derived(prefix='w.', suffix=e.suffix, recovery=true) }}{{ ',' if not loop.last }}
+            {%- endfor %}
+        from (
+            select
+                {%- for k in keys %}
+                {{ k }},
+                {%- endfor %}
+                {%- for c in carry %}
+                max({{ value }}) filter (where metric = '{{ c }}') as {{ c }},
+                {%- endfor %}
+                {%- for e in plasticity_estimators() %}
+                max({{ value }}) filter (where metric = 'ap_overall{{ e.suffix }}') as ap_overall{{ e.suffix }},
+                {%- for k in range(10) %}
+                max({{ value }}) filter (where metric = 'decile_{{ k }}{{ e.suffix }}') as decile_{{ k }}{{ e.suffix }}{{ ',' if not (loop.last and e.suffix) }}
+                {%- endfor %}
+                {%- endfor %}
+            from {{ relation }}
+            group by {{ keys | join(', ') }}
+        ) as w
+    ) as derived_plasticity
+{%- endmacro %}

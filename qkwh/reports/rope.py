@@ -41,6 +41,14 @@ NOT_COMPUTED = "no RoPE band results (run `qkwh compute --analyses rope` and `qk
 AP_TITLE = "attention plasticity AP (0–1)"
 
 
+def _line_figure(layers: tuple[alt.Chart, ...], title: str, subtitle: list[str]) -> alt.LayerChart:
+    """The layout shared by the two line figures (energy spectrum, band logits): the layers over
+    one 560 x 300 plot with a title and subtitle lines."""
+    return alt.layer(*layers).properties(
+        width=560, height=300, title=alt.Title(title, subtitle=subtitle)
+    )
+
+
 def _band_color(with_full: bool = False, title: str = "band") -> alt.Color:
     domain = list(BANDS) + ([FULL] if with_full else [])
     colors = [BAND_COLORS[b] for b in BANDS] + (["#222222"] if with_full else [])
@@ -198,17 +206,14 @@ def spectrum(marts: Marts, model_id: str) -> Drawn:
             alt.Tooltip("n_heads:Q", title="heads"),
         ],
     )
-    chart = alt.layer(rect, lines, pts).properties(
-        width=560,
-        height=300,
-        title=alt.Title(
-            f"Energy spectrum: {marts.display(model_id)}",
-            subtitle=[
-                "share of the head's query (solid) and key (dashed) energy per rotary plane, "
-                "mean over heads",
-                "shading = band: high below the bucket size m, low from the context length on",
-            ],
-        ),
+    chart = _line_figure(
+        (rect, lines, pts),
+        f"Energy spectrum: {marts.display(model_id)}",
+        [
+            "share of the head's query (solid) and key (dashed) energy per rotary plane, "
+            "mean over heads",
+            "shading = band: high below the bucket size m, low from the context length on",
+        ],
     )
     n_unrot = len(rows) - len(rotated)
     note = (
@@ -420,16 +425,13 @@ def band_logits(marts: Marts, model_id: str) -> Drawn:
             alt.Tooltip("n_heads:Q", title="heads"),
         ],
     )
-    chart = alt.layer(spread, lines, pts).properties(
-        width=560,
-        height=300,
-        title=alt.Title(
-            f"Logit contribution by distance per RoPE band: {marts.display(model_id)}",
-            subtitle=[
-                "mean over every head's causal same-example pairs in the distance bin; shading = "
-                "± 1 sd over the pairs (a spread, not an interval)",
-            ],
-        ),
+    chart = _line_figure(
+        (spread, lines, pts),
+        f"Logit contribution by distance per RoPE band: {marts.display(model_id)}",
+        [
+            "mean over every head's causal same-example pairs in the distance bin; shading = "
+            "± 1 sd over the pairs (a spread, not an interval)",
+        ],
     )
     return Drawn(chart, "Pooled over heads (n, sum and sum of squares added), without an interval.")
 

@@ -90,42 +90,8 @@ sides as (
     select model_a, model_b, replicate, 'b' as side, metric, value_b as value from base
 ),
 
-wide as (
-    select
-        model_a,
-        model_b,
-        replicate,
-        side,
-        {%- for e in plasticity_estimators() %}
-        max(value) filter (where metric = 'ap_overall{{ e.suffix }}') as ap_overall{{ e.suffix }},
-        {%- for k in range(10) %}
-        max(value) filter (where metric = 'decile_{{ k }}{{ e.suffix }}') as decile_{{ k }}{{ e.suffix }}{{ ',' if not (loop.last and e.suffix) }}
-        {%- endfor %}
-        {%- endfor %}
-    from sides
-    group by model_a, model_b, replicate, side
-),
-
-derived_plasticity as (
-    select
-        w.model_a,
-        w.model_b,
-        w.replicate,
-        w.side,
-        w.ap_overall,
-        w.ap_overall_empirical,
-        {%- for e in plasticity_estimators() %}
-        {{ plasticity_derived(prefix='w.', suffix=e.suffix, recovery=true) }}{{ ',' if not loop.last }}
-        {%- endfor %}
-    from wide as w
-),
-
 derived as (
-    select
-        *,
-        {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
-        {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
-    from derived_plasticity
+    {{ model_plasticity_derived('sides', ['model_a', 'model_b', 'replicate', 'side']) }}
 ),
 
 derived_long as (

@@ -153,38 +153,8 @@ base as (
     group by model_id, doc_group, metric
 ),
 
-wide as (
-    select
-        model_id,
-        doc_group,
-        {%- for e in plasticity_estimators() %}
-        max(theta) filter (where metric = 'ap_overall{{ e.suffix }}') as ap_overall{{ e.suffix }},
-        {%- for k in range(10) %}
-        max(theta) filter (where metric = 'decile_{{ k }}{{ e.suffix }}') as decile_{{ k }}{{ e.suffix }}{{ ',' if not (loop.last and e.suffix) }}
-        {%- endfor %}
-        {%- endfor %}
-    from base
-    group by model_id, doc_group
-),
-
-derived_plasticity as (
-    select
-        w.model_id,
-        w.doc_group,
-        w.ap_overall,
-        w.ap_overall_empirical,
-        {%- for e in plasticity_estimators() %}
-        {{ plasticity_derived(prefix='w.', suffix=e.suffix, recovery=true) }}{{ ',' if not loop.last }}
-        {%- endfor %}
-    from wide as w
-),
-
 derived as (
-    select
-        *,
-        {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
-        {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
-    from derived_plasticity
+    {{ model_plasticity_derived('base', ['model_id', 'doc_group'], value='theta') }}
 ),
 
 thetas as (

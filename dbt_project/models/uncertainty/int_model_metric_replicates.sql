@@ -91,41 +91,10 @@ base as (
     join model_stats as s on s.model_id = d.model_id and s.agg = 'max'
 ),
 
-wide as (
-    select
-        b.model_id,
-        b.replicate,
-        {%- for e in plasticity_estimators() %}
-        max(b.value) filter (where b.metric = 'ap_overall{{ e.suffix }}') as ap_overall{{ e.suffix }},
-        {%- for k in range(10) %}
-        max(b.value) filter (where b.metric = 'decile_{{ k }}{{ e.suffix }}') as decile_{{ k }}{{ e.suffix }},
-        {%- endfor %}
-        {%- endfor %}
-        max(b.value) filter (where b.metric = 'bias_strength') as bias_strength
-    from base as b
-    group by b.model_id, b.replicate
-),
-
-derived_plasticity as (
-    select
-        w.model_id,
-        w.replicate,
-        w.ap_overall,
-        w.ap_overall_empirical,
-        w.bias_strength * m.context_length as bias_strength_ctx,
-        {%- for e in plasticity_estimators() %}
-        {{ plasticity_derived(prefix='w.', suffix=e.suffix, recovery=true) }}{{ ',' if not loop.last }}
-        {%- endfor %}
-    from wide as w
-    join {{ ref('int_models') }} as m using (model_id)
-),
-
 derived as (
-    select
-        *,
-        {{ gauss_gap('ap_overall', 'ap_overall_empirical') }} as gauss_gap,
-        {{ gauss_gap('ap_drop', 'ap_drop_empirical') }} as gauss_gap_drop
-    from derived_plasticity
+    select d.*, d.bias_strength * m.context_length as bias_strength_ctx
+    from ({{ model_plasticity_derived('base', ['model_id', 'replicate'], carry=['bias_strength']) }}) as d
+    join {{ ref('int_models') }} as m using (model_id)
 ),
 
 rope_catalogue as (
