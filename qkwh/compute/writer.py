@@ -276,17 +276,27 @@ def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
     return out
 
 
+_held = False  # whether _test_hold_commit has held a commit in this process
+
+
 def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
     """Test-only hook (tests/compute/test_faults.py), off unless ``$QKWH_TEST_HOLD_COMMIT`` names a
-    file: the batch's transaction, complete but not yet committed, creates that file and runs a
-    statement that lasts until the process is interrupted (the file is removed when it ends), so
-    a test can press Ctrl-C while DuckDB works inside the commit."""
+    file: the first batch's transaction, complete but not yet committed, creates that file and runs
+    short DuckDB statements one after another until the process is interrupted (the file is
+    removed when it ends), so a test can press Ctrl-C while DuckDB works inside the commit.  Short
+    ones: a Ctrl-C lands in a statement (DuckDB stops it) or between two (Python raises), never
+    on one endless statement that, on a loaded machine, was seen to miss every Ctrl-C for minutes."""
+    global _held
     marker = os.environ.get("QKWH_TEST_HOLD_COMMIT")
-    if marker:  # one DuckDB thread: the one that checks for Ctrl-C runs the statement
+    if marker and not _held:  # one DuckDB thread: the one that checks for Ctrl-C runs the statement
+        # once per process: after the Ctrl-C the writer's close() writes the heads still queued,
+        # and a second hold there would wait for a second Ctrl-C the test does not send
+        _held = True
         con.execute("SET enable_progress_bar = false; SET threads TO 1")
         try:
             Path(marker).touch()
-            con.execute("SELECT count(*) FROM range(9223372036854775807)")
+            while True:
+                con.execute("SELECT count(*) FROM range(20000000)")
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(marker)
