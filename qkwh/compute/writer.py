@@ -283,9 +283,8 @@ def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
     """Test-only hook (tests/compute/test_faults.py), off unless ``$QKWH_TEST_HOLD_COMMIT`` names a
     file: the first batch's transaction, complete but not yet committed, creates that file and runs
     short DuckDB statements one after another until the process is interrupted (the file is
-    removed when it ends), so a test can press Ctrl-C while DuckDB works inside the commit.  Short
-    ones: a Ctrl-C lands in a statement (DuckDB stops it) or between two (Python raises), never
-    on one endless statement that, on a loaded machine, was seen to miss every Ctrl-C for minutes."""
+    removed when it ends), so a test can press Ctrl-C while DuckDB works inside the commit.  A
+    Ctrl-C lands in a statement (DuckDB stops it) or between two (Python raises KeyboardInterrupt)."""
     global _held
     marker = os.environ.get("QKWH_TEST_HOLD_COMMIT")
     if marker and not _held:  # one DuckDB thread: the one that checks for Ctrl-C runs the statement

@@ -250,6 +250,10 @@ def test_kill_9_of_compute_ends_its_workers_and_resource_tracker(ingested: Path,
     _assert_whole_heads(db)
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for_gone(path: Path, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while path.exists() and time.monotonic() < deadline:
@@ -279,6 +283,10 @@ def test_ctrl_c_during_a_batch_commit_exits_130_with_one_line_and_resumes(
             env=_env(QKWH_TEST_HOLD_COMMIT=str(marker), PYTHONFAULTHANDLER="1"),
             stdout=subprocess.DEVNULL,
             stderr=log,
+            # Ctrl-C must reach it even when this test runs in a background job (`make test &`
+            # in a script): such a job inherits SIGINT ignored, and Python then installs no
+            # KeyboardInterrupt handler (every SIGINT below was lost in such a run)
+            preexec_fn=_default_sigint,
         )
         try:
             _wait_for("the writer to hold its commit", marker.exists, proc=proc)
