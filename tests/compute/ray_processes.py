@@ -84,10 +84,10 @@ def cancel(address: str, folder: str) -> None:
         # items 0 and 1 went in first; item 2 replaced item 0 when it finished: nothing beyond
         # the in-flight window was submitted
         assert len(submitted.refs) == 3, len(submitted.refs)
-        assert ray.get(submitted.refs[0], timeout=120) == 0
+        assert ray.get(submitted.refs[0], timeout=600) == 0
         for ref in submitted.refs[1:]:  # queued or running, each one was cancelled
             try:
-                ray.get(ref, timeout=120)  # a task left running would hold this to the timeout
+                ray.get(ref, timeout=600)  # a task left running would hold this to the bound
             except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError):
                 continue
             raise AssertionError("a task submitted after the interrupt was not cancelled")

@@ -224,7 +224,11 @@ def test_installed_wheel_runs_the_demo_from_an_empty_folder(wheel: Path, tmp_pat
     )
     assert sorted(p.name for p in work.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
     r = subprocess.run(
-        [str(venv / "bin" / "qkwh"), "models"], capture_output=True, text=True, env=env, cwd=work
+        [str(venv / "bin" / "qkwh"), "models"],
+        capture_output=True,
+        text=True,
+        env={**env, "COLUMNS": "250"},  # wide enough that no model id is cut short
+        cwd=work,
     )
     assert r.returncode == 0 and "smollm2-135m" in r.stdout, r.stderr
 
