@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qkwh.compute import precompute
+from qkwh.analyses import precompute
 from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan

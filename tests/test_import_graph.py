@@ -112,7 +112,7 @@ def test_the_graph_sees_late_imports():
     """The parser finds imports inside functions (a test that missed them would pass vacuously)."""
     graph = import_graph()
     assert "qkwh.store" in graph["qkwh.cli"]  # imported inside the command functions
-    assert "qkwh.analyses.stats" in graph["qkwh.compute.precompute"]  # inside the builders
+    assert "qkwh.analyses.stats" in graph["qkwh.analyses.precompute"]  # inside the builders
     cyclic = {"a": {"b"}, "b": {"c"}, "c": {"a"}}
     assert find_cycle(cyclic) == ["a", "b", "c", "a"]
 

@@ -32,7 +32,7 @@ RESERVED_TABLES = frozenset(
     }
 )
 #: the per-head precomputations an analysis may ask for in ``Analysis.shared`` (built by
-#: :mod:`qkwh.compute.precompute`, once per head for every analysis that asks)
+#: :mod:`qkwh.analyses.precompute`, once per head for every analysis that asks)
 SHARED: tuple[str, ...] = ("query_moments", "key_moments", "moments", "key_layout")
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")

@@ -20,13 +20,12 @@ Pure numpy: the groups are removed from the rows the head was given (after the r
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from qkwh.analyses import registry, stats
+from qkwh.analyses import precompute, registry
 from qkwh.analyses.declaration import Analysis
 from qkwh.analyses.declared.uncertainty import (
     NO_ROWS_BUCKET,
@@ -72,37 +71,6 @@ def metric_columns(analysis: Analysis) -> tuple[str, ...]:
     return tuple(c.name for c in table.columns if c.head_metric and c.type in _NUMERIC)
 
 
-def _function(analysis: Analysis) -> Callable[..., AnalysisResult]:
-    if callable(analysis.run):
-        return analysis.run
-    module, _, name = analysis.run.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _build(name: str, head: HeadData, built: dict[str, Any]) -> Any:
-    """The shared per-head precomputation ``name`` of ``head``, built once into ``built`` with the
-    functions the compute layer builds it with (each reading those built before it)."""
-    if name not in built:
-        if name == "query_moments":
-            built[name] = stats.query_moments(head.q, head.q_pos, head.q_bucket)
-        elif name == "key_moments":
-            stats.validate_head(head)
-            built[name] = stats.key_moments(head.k, head.k_pos)
-        elif name == "moments":
-            built[name] = stats.head_moments(
-                head,
-                query=_build("query_moments", head, built),
-                keys=_build("key_moments", head, built),
-            )
-        elif name == "key_layout":
-            from qkwh.analyses import plasticity
-
-            built[name] = plasticity.head_key_layout(head)
-        else:  # pragma: no cover - the declarations name only these (declaration.SHARED)
-            raise ValueError(f"unknown shared precomputation {name!r}")
-    return built[name]
-
-
 def rerun(
     head: HeadData,
     analyses: tuple[Analysis, ...],
@@ -111,14 +79,16 @@ def rerun(
     seed: int,
 ) -> dict[str, AnalysisResult | None]:
     """Each of ``analyses`` on ``head`` by its own function (None where it raises), with the
-    shared precomputations it declares built once for all of them."""
-    built: dict[str, Any] = {}
+    shared precomputations it declares built by compute's own builders (the key-side ones once)."""
+    keys = precompute.KeyCache()  # the key-side precomputations, built once for all of them
     out: dict[str, AnalysisResult | None] = {}
     for a in analyses:
         try:
-            shared = {name: _build(name, head, built) for name in a.shared}
+            shared = precompute.precompute(head, (a,), keys=keys)
             extra = {"uses": {u: params[u] for u in a.uses}} if a.uses else {}
-            out[a.name] = _function(a)(head, params[a.name], seed=seed, shared=shared, **extra)
+            out[a.name] = precompute.run_function(a)(
+                head, params[a.name], seed=seed, shared=shared, **extra
+            )
         except (ValueError, ArithmeticError):  # numpy's LinAlgError is a ValueError
             out[a.name] = None  # too little data left for this analysis
     return out

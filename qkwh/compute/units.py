@@ -14,20 +14,19 @@ from pathlib import Path
 
 import qkwh
 from qkwh.analyses import registry
+from qkwh.analyses.precompute import code_files
 from qkwh.analyses.registry import Analysis
 from qkwh.analyses.types import RopePlanes
-from qkwh.compute.precompute import code_files
 from qkwh.params import RunConfig
 
 
 def _package_code() -> tuple[Path, ...]:
     """The package's analysis code: params, every module of qkwh/analyses (the declarations and
-    the registry among them), the precomputations and the per-head work."""
+    the registry and the shared precomputations among them) and the per-head work."""
     root = Path(qkwh.__file__).resolve().parent
     return (
         root / "params.py",
         *sorted((root / "analyses").rglob("*.py")),
-        root / "compute" / "precompute.py",
         root / "compute" / "work.py",
     )
 

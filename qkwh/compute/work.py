@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from qkwh.analyses import precompute as pre
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
 from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, HeadData, RopePlanes
 from qkwh.columns import as_arrow
-from qkwh.compute import precompute as pre
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
@@ -140,7 +140,7 @@ def group_key_rows(k: FileData, config: RunConfig) -> Rows:
     """The rows of a GQA group's k file with the ``max_tokens_per_head`` cap applied, for
     :func:`head_data`: the heads built on them hold the very same key arrays (capping them again
     per head keeps them as they are), so they can share what is computed from the keys alone
-    (:class:`qkwh.compute.precompute.KeyCache`)."""
+    (:class:`qkwh.analyses.precompute.KeyCache`)."""
     rows = _rows(k)
     return _take(rows, cap_rows(len(rows[1]), config.max_tokens_per_head, config.seed))
 
@@ -177,7 +177,7 @@ def run_analyses(
 ) -> dict[str, AnalysisResult]:
     """Run ``analyses`` (registered names or declarations) on one head.
 
-    The per-head precomputations they declare (:func:`qkwh.compute.precompute.precompute`) are
+    The per-head precomputations they declare (:func:`qkwh.analyses.precompute.precompute`) are
     built once and shared; with ``keys``, those of the key rows come from (and go to) that cache.
     """
     todo = tuple(a if isinstance(a, Analysis) else registry.get(a) for a in analyses)

@@ -23,11 +23,10 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh import store, udf
-from qkwh.analyses import registry
+from qkwh.analyses import precompute, registry
 from qkwh.analyses.registry import Analysis, Table
 from qkwh.analyses.types import AnalysisResult, HeadData
 from qkwh.cli import app
-from qkwh.compute import precompute
 from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
 from qkwh.ingest import ingest
