@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import sys
 import threading
@@ -29,13 +30,41 @@ app = typer.Typer(
 )
 # markup is off: messages carry user text and install hints such as pip install 'qkwh[ray]', which
 # rich would read as tags and drop; styled prefixes go through _tagged
-out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False)
+# a pipe gets 160 columns unless COLUMNS says otherwise (rich alone would assume 80)
+_PIPE_WIDTH = None if "COLUMNS" in os.environ else 160
+out = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH, markup=False)
 
 
 def _tagged(tag: str, style: str, text: object) -> Text:
     """``tag`` in ``style``, then ``text`` as it is (no markup)."""
     return Text.assemble((tag, style), " ", str(text))
+
+
+def _print_rows(title: str, cols: list[str], rows: list[list[str]]) -> None:
+    """One row per model as a table when every cell fits the terminal whole; otherwise one block
+    per row (its first cell as a heading, then ``column  value`` lines), so that no model id or
+    parameter set is ever cut short on a narrow terminal."""
+    from rich import box
+    from rich.cells import cell_len
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    for c in cols:
+        table.add_column(c, no_wrap=True)
+    for r in rows:
+        table.add_row(*r)
+    natural = Console(width=10_000, markup=False, color_system=None)
+    with natural.capture() as cap:
+        natural.print(table)
+    if max(map(cell_len, cap.get().splitlines() or [""])) <= out.width:
+        out.print(table)
+        return
+    out.print(title, highlight=False, soft_wrap=True)
+    pad = max(cell_len(c) for c in cols[1:]) + 2
+    for r in rows:
+        out.print(Text(r[0], style="bold"), soft_wrap=True)
+        for c, v in zip(cols[1:], r[1:], strict=True):
+            out.print(f"  {c:<{pad}}{'; '.join(v.splitlines())}", highlight=False, soft_wrap=True)
 
 
 def _print_version(value: bool) -> None:
@@ -304,7 +333,8 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
 @app.command()
 @_friendly
 def models(warehouse: WarehouseOpt = None) -> None:
-    """List the models in the warehouse with their files, heads and computed heads."""
+    """List the models in the warehouse with their files, heads and computed heads (a table where
+    it fits the terminal, else one block per model)."""
     from qkwh import store
     from qkwh.status import models_overview
 
@@ -313,10 +343,10 @@ def models(warehouse: WarehouseOpt = None) -> None:
         cols, rows = models_overview(con)
     finally:
         con.close()
-    table = Table(*cols, title=str(store.resolve_warehouse(warehouse)))
-    for r in rows:
-        table.add_row(*["" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r])
-    out.print(table)
+    cells = [
+        ["" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r] for r in rows
+    ]
+    _print_rows(str(store.resolve_warehouse(warehouse)), cols, cells)
     if not rows:
         out.print("no models yet: `qkwh ingest SOURCE`")
 
@@ -1057,7 +1087,8 @@ def status(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Per model: what is ingested, computed (per parameter set: heads covered of the analysable
-    heads) and built (marts up to date, stale or not built)."""
+    heads) and built (marts up to date, stale or not built); a table where it fits the terminal,
+    else one block per model."""
     from qkwh import status as st
     from qkwh import store
 
@@ -1070,10 +1101,7 @@ def status(
         wanted = _split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]
         columns, rows = st.status_table(models)
-        table = Table(*columns, title=str(store.resolve_warehouse(warehouse)))
-        for row in rows:
-            table.add_row(*row)
-        out.print(table)
+        _print_rows(str(store.resolve_warehouse(warehouse)), columns, rows)
         if not models:
             out.print("no models yet: `qkwh ingest SOURCE`")
         if staleness.built_at:
