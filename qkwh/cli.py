@@ -782,6 +782,8 @@ def compute(
         err.print(_tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
     for _, _, why in report.left_out:
         err.print(_tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
+    for why in report.notes:
+        err.print(_tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
     if report.failures:
         for label, error in report.failures[:10]:
             err.print(_tagged("failed", "red", f"{label}: {error}"), highlight=False)

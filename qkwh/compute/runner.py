@@ -62,6 +62,8 @@ class ComputeReport:
     #: (model_id, analysis, why) of analyses left out for a model: the rope analysis for a model
     #: whose RoPE frequencies are unknown (its other analyses run)
     left_out: list[tuple[str, str, str]] = field(default_factory=list)
+    #: warnings that leave nothing out: a model with fewer documents than the jackknife's groups
+    notes: list[str] = field(default_factory=list)
 
     @property
     def n_skipped(self) -> int:
@@ -90,6 +92,26 @@ def out_of_range_models(con, models: list[str] | None) -> list[tuple[str, str]]:
             "context length in configs/models.csv",
         )
         for m, pos, ctx in rows
+    ]
+
+
+JACKKNIFE_ANALYSIS = "uncertainty"
+
+
+def few_documents(con, models: list[str] | None, config: RunConfig) -> list[tuple[str, str]]:
+    """(model_id, warning) of the models whose files hold fewer examples (documents) than the
+    jackknife's ``document_groups``: the groups beyond the documents are empty, so the document
+    SE rests on fewer groups than asked (the marts record how many, as n_document_groups)."""
+    groups = int(config.params_of(JACKKNIFE_ANALYSIS).document_groups)
+    return [
+        (
+            m,
+            f"model {m!r} holds {n} document(s) per file, fewer than "
+            f"uncertainty.document_groups={groups}: at least {groups - n} group(s) stay empty "
+            f"and its document SE rests on at most {n}",
+        )
+        for m, n in con.execute(store.load_sql("models_examples"), [models or None]).fetchall()
+        if n < groups
     ]
 
 
@@ -280,6 +302,7 @@ def compute(
                         (m, ROPE_ANALYSIS, unknown_frequency_warning(m))
                         for m in sorted({u.model_id for u in units} - known_rope)
                     ]
+                notes = few_documents(con, models, config) if JACKKNIFE_ANALYSIS in analyses else []
                 tasks = plan(
                     units,
                     done,
@@ -298,6 +321,7 @@ def compute(
                     name=name,
                     excluded=excluded,
                     left_out=left_out,
+                    notes=[n for m, n in notes if m in {u.model_id for u in units}],
                 )
                 with store.transaction(con):
                     record_configs(con, config, config_ids, code_versions, name)

@@ -81,10 +81,24 @@ def test_without_documents_the_jackknife_is_not_computed(data: Path, tmp_path: P
     cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))
     cli("compute", "-w", str(db), "-j", "1", "-a", "pca")
     assert rows(db, "SELECT count(*) FROM head_jackknife") == [(0,)]
-    cli("compute", "-w", str(db), "-j", "1", "-a", "pca", "--documents")  # G defaults to 10
+    r = cli("compute", "-w", str(db), "-j", "1", "-a", "pca", "--documents")  # G defaults to 10
+    assert "warning" not in r.stderr  # 16 documents fill 10 groups
     params = dict(rows(db, "SELECT analysis, params_json FROM run_config"))
     assert json.loads(params["uncertainty"])["uncertainty"]["document_groups"] == 10
     assert rows(db, "SELECT count(DISTINCT doc_group) FROM head_jackknife") == [(10,)]
+
+
+def test_more_groups_than_documents_warns_and_still_computes(data: Path, tmp_path: Path):
+    db = tmp_path / "wh.duckdb"
+    cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))
+    r = cli("compute", "-w", str(db), "-j", "1", "-a", "pca", "--documents", "20")
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, r.stderr
+    assert "'synth-a' holds 16 document(s)" in warnings[0] and "document_groups=20" in warnings[0]
+    assert "at least 4 group(s) stay empty" in warnings[0]
+    assert rows(
+        db, "SELECT count(DISTINCT doc_group) FROM head_jackknife WHERE metric <> 'no_rows'"
+    ) == [(16,)]
 
 
 def test_document_groups_below_two_are_refused(data: Path, tmp_path: Path):
