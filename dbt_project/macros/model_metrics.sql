@@ -86,7 +86,7 @@
         {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
     {%- do m.update(derived_metric_groups()) -%}
-    {%- for e in rope_metric_catalogue() -%}
+    {%- for e in rope_metric_catalogue() + rope_energy_metrics() -%}
         {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
     {%- do return(m) -%}
@@ -95,7 +95,7 @@
 {# The catalogue as a relation (metric, agg, metric_group) for joins. #}
 {% macro metric_catalogue_values() -%}
     (values
-    {%- for e in head_metric_catalogue() + pc_metric_catalogue() + rope_head_metrics() %}
+    {%- for e in head_metric_catalogue() + pc_metric_catalogue() + rope_head_metrics() + rope_energy_metrics() %}
         ('{{ e.metric }}', '{{ e.agg }}', '{{ e.grp }}'){{ ',' if not loop.last }}
     {%- endfor %}
     ) as catalogue(metric, agg, metric_group)

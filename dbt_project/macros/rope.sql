@@ -50,6 +50,23 @@
     {%- do return(out) -%}
 {%- endmacro %}
 
+{#
+  The energy metrics: rope_q_energy_share_<band> and rope_k_energy_share_<band>, the mean over
+  heads of the band's share of the query (key) energy (int_rope_band_head_energy, 0 for a head
+  without the band).  Means over heads like the band plasticity, so they get the same
+  layer-cluster intervals; `column` is the head-level column they are made of.
+#}
+{% macro rope_energy_metrics() -%}
+    {%- set out = [] -%}
+    {%- for band in rope_bands() -%}
+        {%- for side in ['q', 'k'] -%}
+            {%- do out.append({'metric': 'rope_' ~ side ~ '_energy_share_' ~ band, 'band': band,
+                               'column': side ~ '_energy_share', 'agg': 'mean', 'grp': 'rope'}) -%}
+        {%- endfor -%}
+    {%- endfor -%}
+    {%- do return(out) -%}
+{%- endmacro %}
+
 {# The catalogue as a relation (metric, base, band, variant, estimator, agg, support_metric). #}
 {% macro rope_metric_values() -%}
     (values

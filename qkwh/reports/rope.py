@@ -73,67 +73,86 @@ def _rows(marts: Marts, mart: str, where: str = "", params: list[Any] | None = N
 # ------------------------------------------------------------------------------------------
 
 
-def band_energy(marts: Marts) -> alt.HConcatChart:
+KINDS = {"queries": "q", "keys": "k"}
+KIND_COLORS = {"queries": "#4c78a8", "keys": "#e45756"}
+
+
+def band_energy(marts: Marts) -> Drawn:
     rows = marts.tag(_rows(marts, "rope_band_energy"))
+    ci = Intervals(
+        marts, [f"rope_{side}_energy_share_{b}" for side in KINDS.values() for b in BANDS]
+    )
     data = []
     for r in rows:
-        for kind, col in (("queries", "q_energy_share"), ("keys", "k_energy_share")):
+        for kind, side in KINDS.items():
             data.append(
                 {
                     "model_id": r["model_id"],
                     "model": r["model"],
                     "family": r["family"],
                     "band": r["band"],
-                    "band_order": r["band_order"],
                     "kind": kind,
-                    "share": r[col],
+                    "value": r[f"{side}_energy_share"],
                     "n_planes": r["n_planes"],
                     "n_heads": r["n_heads"],
+                    **ci.fields(r["model_id"], f"rope_{side}_energy_share_{r['band']}"),
                 }
             )
-    labels = model_sort(marts, {r["model_id"] for r in rows})
+    present = [b for b in BANDS if any(d["band"] == b for d in data)]
+    labels = model_sort(marts, {d["model_id"] for d in data})
+    color = alt.Color(
+        "kind:N",
+        title="energy of",
+        scale=alt.Scale(domain=list(KIND_COLORS), range=list(KIND_COLORS.values())),
+    )
     panels = []
-    for i, kind in enumerate(("queries", "keys")):
+    for i, band in enumerate(present):
         y = alt.Y(
             "model:N",
             sort=labels,
             title=None,
             axis=alt.Axis(labelLimit=320) if i == 0 else None,
         )
-        panels.append(
+        base = (
             alt.Chart()
-            .transform_filter(alt.datum.kind == kind)
-            .mark_bar()
-            .encode(
-                y=y,
-                x=alt.X(
-                    "share:Q",
-                    stack="zero",
-                    title=f"share of the {kind}' energy",
-                    axis=alt.Axis(format="%"),
-                    scale=alt.Scale(domain=[0, 1]),
-                ),
-                color=_band_color(),
-                order=alt.Order("band_order:Q"),
-                tooltip=model_tooltip(
-                    alt.Tooltip("band:N", title="band"),
-                    alt.Tooltip("share:Q", title="energy share", format=".1%"),
-                    alt.Tooltip("n_planes:Q", title="planes per head (most)"),
-                    alt.Tooltip("n_heads:Q", title="heads with the band"),
-                ),
-            )
-            .properties(width=300, height=alt.Step(18), title=kind)
+            .transform_filter(alt.datum.band == band)
+            .encode(y=y, yOffset=alt.YOffset("kind:N", sort=list(KINDS)))
         )
-    return alt.hconcat(*panels, data=table_of(data), spacing=16).properties(
+        x = alt.X(
+            "value:Q",
+            title="share of the energy",
+            axis=alt.Axis(format="%"),
+            scale=alt.Scale(zero=True),
+        )
+        tip = model_tooltip(
+            alt.Tooltip("band:N", title="band"),
+            alt.Tooltip("kind:N", title="energy of"),
+            alt.Tooltip("value:Q", title="energy share", format=".1%"),
+            alt.Tooltip("interval:N", title="interval"),
+            alt.Tooltip("n_planes:Q", title="planes per head (most)"),
+            alt.Tooltip("n_heads:Q", title="heads with the band"),
+        )
+        bars = errorbar(base, x, color="#333", thickness=1.4, ticks=False)
+        pts = point_marks(base, size=45, x=x, color=color, tooltip=tip)
+        panels.append(
+            alt.layer(bars, *pts).properties(
+                width=200,
+                height=alt.Step(24),
+                title=alt.Title(BAND_TITLES[band], fontSize=13, color=BAND_COLORS[band]),
+            )
+        )
+    chart = alt.hconcat(*panels, data=table_of(data), spacing=14).properties(
         title=alt.Title(
-            "Query and key energy per RoPE band",
+            "Query and key energy per RoPE band, with intervals",
             subtitle=[
                 "share of each head's energy (mean of q² or k² summed over the band's planes, no "
-                "centring), averaged over the model's heads",
-                "heavy low-frequency bands are the 'massive values' of RoPE models",
+                "centring), averaged over the model's heads; a model's bands sum to 100 %",
+                "heavy low-frequency bands are the 'massive values' of RoPE models; "
+                "bar = interval, hollow = no interval",
             ],
         )
     )
+    return Drawn(chart, ci.caption("Bars"))
 
 
 def spectrum(marts: Marts, model_id: str) -> Drawn:
@@ -441,8 +460,8 @@ FIGURES: tuple[FigureDef, ...] = (
         "rope-band-energy",
         SECTION,
         "Query and key energy per RoPE band",
-        "Each band's share of the heads' query and key energy, one bar per model. Means over "
-        "heads, drawn without an interval.",
+        "Each band's share of the heads' query and key energy, one row per model and a panel "
+        "per band: means over heads with their layer-cluster intervals.",
         ("rope_band_energy",),
         band_energy,
     ),

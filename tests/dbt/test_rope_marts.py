@@ -93,6 +93,69 @@ def test_energy_shares_of_a_model_sum_to_one_and_average_the_heads(rope_build):
     assert nope["high"]["wavelength_max"] == pytest.approx(2 * math.pi / rope_data.INV_FREQ[1])
 
 
+def test_energy_share_intervals_are_the_layer_bootstrap_of_the_head_shares(rope_build):
+    """The band energy shares get the layer-cluster bootstrap every mean-over-heads metric gets:
+    recomputed here from the planted planes and the build's own layer draws, the percentile
+    interval matches model_metric_ci, and rope_band_energy carries the same bounds."""
+    level = interval_data.CI_VARS.get("ci_level", 0.95)
+    energy = rope_build.dicts("SELECT * FROM rope_band_energy")
+    ci = {
+        (r["model_id"], r["metric"]): r
+        for r in rope_build.dicts("SELECT * FROM model_metric_ci WHERE metric LIKE 'rope_%energy%'")
+    }
+    heads: dict[str, set] = {}
+    share: dict[tuple, float] = {}  # (model, band, side, layer, q_head) -> planted share
+    for p in rope_build.truth["planes"]:
+        heads.setdefault(p["model_id"], set()).add((p["layer"], p["q_head"]))
+        for side in ("q", "k"):
+            key = (p["model_id"], p["band"], side, p["layer"], p["q_head"])
+            share[key] = share.get(key, 0.0) + p[f"{side}_energy_share"]
+    assert len(ci) == 2 * len(energy)
+    for r in energy:
+        mid, band = r["model_id"], r["band"]
+        layers = sorted({layer for layer, _ in heads[mid]})
+        clusters = {
+            c["layer"]: c["cluster_index"]
+            for c in rope_build.dicts(
+                "SELECT layer, cluster_index FROM intermediate.int_bootstrap_clusters "
+                "WHERE model_id = ?",
+                [mid],
+            )
+        }
+        order = sorted(layers, key=clusters.__getitem__)
+        draws = rope_build.dicts(
+            "SELECT replicate, multiplicity FROM intermediate.int_bootstrap_draws "
+            "WHERE model_id = ? AND replicate > 0 ORDER BY replicate",
+            [mid],
+        )
+        for side in ("q", "k"):
+            row = ci[(mid, f"rope_{side}_energy_share_{band}")]
+            # a head without a plane in the band counts 0
+            per_layer = [
+                [
+                    share.get((mid, band, side, layer, h), 0.0)
+                    for lh, h in sorted(heads[mid])
+                    if lh == layer
+                ]
+                for layer in order
+            ]
+            sums = np.array([sum(v) for v in per_layer])
+            ns = np.array([len(v) for v in per_layer], dtype=float)
+            assert row["estimate"] == pytest.approx(sums.sum() / ns.sum(), rel=1e-12)
+            assert r[f"{side}_energy_share"] == pytest.approx(row["estimate"], rel=1e-12)
+            reps = [np.dot(d["multiplicity"], sums) / np.dot(d["multiplicity"], ns) for d in draws]
+            lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
+            assert row["ci_low"] == pytest.approx(lo, rel=1e-9, abs=1e-12)
+            assert row["ci_high"] == pytest.approx(hi, rel=1e-9, abs=1e-12)
+            assert row["n_layers"] == len(layers) and row["metric_group"] == "rope"
+            assert (r[f"{side}_energy_share_ci_low"], r[f"{side}_energy_share_ci_high"]) == (
+                row["ci_low"],
+                row["ci_high"],
+            )
+    # shares that differ between layers give intervals of positive width
+    assert any(r["ci_high"] > r["ci_low"] for r in ci.values())
+
+
 def test_energy_spectrum_is_the_mean_over_heads_per_plane(rope_build):
     rows = rope_build.dicts("SELECT * FROM rope_energy_spectrum")
     planted: dict[tuple, list[float]] = {}

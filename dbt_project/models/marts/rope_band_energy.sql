@@ -1,62 +1,53 @@
 -- Energy per model and RoPE band (docs/metrics/rope.md): for every head the band's share of the
--- query and key energy (sum over the band's planes of q_energy_share, k_energy_share), then the
--- mean over the model's heads, a head without a plane in the band counting 0 (so the shares of
--- a model's bands sum to 1).  With the band's planes per head, its wavelength range and the mean
--- over heads of the band's logit contribution (sum over its planes of logit_mean).
-with planes as (
-    select p.*
-    from {{ ref('stg_rope_planes') }} as p
-    where p.model_id in (select model_id from {{ ref('int_models') }})
-),
-
-head_band as (
-    select
-        model_id, layer, q_head, band,
-        count(*) as n_planes,
-        sum(q_energy_share order by plane) as q_energy_share,
-        sum(k_energy_share order by plane) as k_energy_share,
-        sum(q_energy order by plane) as q_energy,
-        sum(k_energy order by plane) as k_energy,
-        sum(logit_mean order by plane) as logit_mean,
-        min(wavelength) as wavelength_min,
-        max(wavelength) as wavelength_max
-    from planes
-    group by model_id, layer, q_head, band
-),
-
-heads as (
-    select distinct model_id, layer, q_head from planes
-),
-
-grid as (
-    -- every head of the model against every band the model has
-    select h.model_id, h.layer, h.q_head, b.band
-    from heads as h
-    join (select distinct model_id, band from planes) as b using (model_id)
+-- query and key energy (int_rope_band_head_energy: sum over the band's planes of the plane
+-- shares, 0 for a head without a plane in the band), then the mean over the model's heads (so
+-- the shares of a model's bands sum to 1), with the layer-cluster bootstrap interval of each
+-- mean from model_metric_ci (metrics rope_q_energy_share_<band>, rope_k_energy_share_<band>).
+-- With the band's planes per head, its wavelength range and the mean over heads of the band's
+-- logit contribution (sum over its planes of logit_mean).
+with head_band as (
+    select * from {{ ref('int_rope_band_head_energy') }}
 ),
 
 models as (
     select model_id, family, label from {{ ref('int_models') }}
+),
+
+ci as (
+    select model_id, metric, ci_low, ci_high
+    from {{ ref('model_metric_ci') }}
+    where metric like 'rope\_%\_energy\_share\_%' escape '\'
+),
+
+bands as (
+    select
+        h.model_id,
+        m.label,
+        m.family,
+        h.band,
+        {{ rope_band_order('h.band') }} as band_order,
+        count(*) filter (where h.n_planes > 0) as n_heads,
+        count(*) as n_heads_model,
+        min(h.n_planes) filter (where h.n_planes > 0) as n_planes_min,
+        max(h.n_planes) as n_planes,
+        min(h.wavelength_min) as wavelength_min,
+        max(h.wavelength_max) as wavelength_max,
+        avg(h.q_energy_share) as q_energy_share,
+        avg(h.k_energy_share) as k_energy_share,
+        avg(h.q_energy) as q_energy,
+        avg(h.k_energy) as k_energy,
+        avg(h.logit_mean) as logit_mean
+    from head_band as h
+    join models as m using (model_id)
+    group by h.model_id, m.label, m.family, h.band
 )
 
 select
-    g.model_id,
-    m.label,
-    m.family,
-    g.band,
-    {{ rope_band_order('g.band') }} as band_order,
-    count(hb.band) as n_heads,
-    count(*) as n_heads_model,
-    min(hb.n_planes) as n_planes_min,
-    max(hb.n_planes) as n_planes,
-    min(hb.wavelength_min) as wavelength_min,
-    max(hb.wavelength_max) as wavelength_max,
-    avg(coalesce(hb.q_energy_share, 0)) as q_energy_share,
-    avg(coalesce(hb.k_energy_share, 0)) as k_energy_share,
-    avg(hb.q_energy) as q_energy,
-    avg(hb.k_energy) as k_energy,
-    avg(hb.logit_mean) as logit_mean
-from grid as g
-join models as m using (model_id)
-left join head_band as hb using (model_id, layer, q_head, band)
-group by g.model_id, m.label, m.family, g.band
+    b.*,
+    q.ci_low as q_energy_share_ci_low,
+    q.ci_high as q_energy_share_ci_high,
+    k.ci_low as k_energy_share_ci_low,
+    k.ci_high as k_energy_share_ci_high
+from bands as b
+left join ci as q on q.model_id = b.model_id and q.metric = 'rope_q_energy_share_' || b.band
+left join ci as k on k.model_id = b.model_id and k.metric = 'rope_k_energy_share_' || b.band

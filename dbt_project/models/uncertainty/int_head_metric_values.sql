@@ -1,7 +1,8 @@
 -- Every head-level input of a model-level metric in long form (model_id, layer, q_head, metric,
 -- value): the expressions of head_metric_catalogue() over head_metrics and the per-component
 -- values of pc_metric_catalogue() over stg_pca_components and the RoPE band plasticity of
--- rope_head_metrics() over int_rope_band_head_plasticity.  NULL values are left out.
+-- rope_head_metrics() over int_rope_band_head_plasticity, and the band energy shares of
+-- rope_energy_metrics() over int_rope_band_head_energy.  NULL values are left out.
 {%- set cat = head_metric_catalogue() %}
 {%- set pcs = pc_metric_catalogue() %}
 with wide as (
@@ -60,3 +61,9 @@ select r.model_id, r.layer, r.q_head, k.metric, cast(r.value as double) as value
 from rope_long as r
 join rope_catalogue as k using (band, variant, estimator, base)
 where r.value is not null
+{%- for e in rope_energy_metrics() %}
+union all
+select model_id, layer, q_head, '{{ e.metric }}' as metric, cast({{ e.column }} as double) as value
+from {{ ref('int_rope_band_head_energy') }}
+where band = '{{ e.band }}'
+{%- endfor %}
