@@ -8,6 +8,7 @@ The ``rope`` analysis is opt-in: without its results every figure here is left o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import altair as alt
@@ -77,6 +78,49 @@ KINDS = {"queries": "q", "keys": "k"}
 KIND_COLORS = {"queries": "#4c78a8", "keys": "#e45756"}
 
 
+def _band_forest(
+    marts: Marts,
+    data: list[dict[str, Any]],
+    x: alt.X,
+    tip: list[alt.Tooltip],
+    color: alt.Color,
+    *,
+    size: int,
+    width: int,
+    step: int,
+    offset: alt.YOffset | None = None,
+    under: Callable[[alt.Chart], alt.Chart] | None = None,
+) -> list[alt.LayerChart]:
+    """One forest panel per band present in ``data`` (records with model, band, value and the
+    interval fields): a row per model (labels on the first panel only), the value as a point
+    (hollow without an interval) with its error bar, ``under`` drawn beneath, and rows split by
+    ``offset`` when a model has several points per band."""
+    labels = model_sort(marts, {d["model_id"] for d in data})
+    present = [b for b in BANDS if any(d["band"] == b for d in data)]
+    panels = []
+    for i, band in enumerate(present):
+        y = alt.Y(
+            "model:N",
+            sort=labels,
+            title=None,
+            axis=alt.Axis(labelLimit=320) if i == 0 else None,
+        )
+        base = alt.Chart().transform_filter(alt.datum.band == band).encode(y=y)
+        if offset is not None:
+            base = base.encode(yOffset=offset)
+        layers = [under(base)] if under is not None else []
+        layers.append(errorbar(base, x, color="#333", thickness=1.6, ticks=False))
+        layers.extend(point_marks(base, size=size, x=x, color=color, tooltip=tip))
+        panels.append(
+            alt.layer(*layers).properties(
+                width=width,
+                height=alt.Step(step),
+                title=alt.Title(BAND_TITLES[band], fontSize=13, color=BAND_COLORS[band]),
+            )
+        )
+    return panels
+
+
 def band_energy(marts: Marts) -> Drawn:
     rows = marts.tag(_rows(marts, "rope_band_energy"))
     ci = Intervals(
@@ -98,49 +142,36 @@ def band_energy(marts: Marts) -> Drawn:
                     **ci.fields(r["model_id"], f"rope_{side}_energy_share_{r['band']}"),
                 }
             )
-    present = [b for b in BANDS if any(d["band"] == b for d in data)]
-    labels = model_sort(marts, {d["model_id"] for d in data})
     color = alt.Color(
         "kind:N",
         title="energy of",
         scale=alt.Scale(domain=list(KIND_COLORS), range=list(KIND_COLORS.values())),
     )
-    panels = []
-    for i, band in enumerate(present):
-        y = alt.Y(
-            "model:N",
-            sort=labels,
-            title=None,
-            axis=alt.Axis(labelLimit=320) if i == 0 else None,
-        )
-        base = (
-            alt.Chart()
-            .transform_filter(alt.datum.band == band)
-            .encode(y=y, yOffset=alt.YOffset("kind:N", sort=list(KINDS)))
-        )
-        x = alt.X(
-            "value:Q",
-            title="share of the energy",
-            axis=alt.Axis(format="%"),
-            scale=alt.Scale(zero=True),
-        )
-        tip = model_tooltip(
-            alt.Tooltip("band:N", title="band"),
-            alt.Tooltip("kind:N", title="energy of"),
-            alt.Tooltip("value:Q", title="energy share", format=".1%"),
-            alt.Tooltip("interval:N", title="interval"),
-            alt.Tooltip("n_planes:Q", title="planes per head (most)"),
-            alt.Tooltip("n_heads:Q", title="heads with the band"),
-        )
-        bars = errorbar(base, x, color="#333", thickness=1.4, ticks=False)
-        pts = point_marks(base, size=45, x=x, color=color, tooltip=tip)
-        panels.append(
-            alt.layer(bars, *pts).properties(
-                width=200,
-                height=alt.Step(24),
-                title=alt.Title(BAND_TITLES[band], fontSize=13, color=BAND_COLORS[band]),
-            )
-        )
+    x = alt.X(
+        "value:Q",
+        title="share of the energy",
+        axis=alt.Axis(format="%"),
+        scale=alt.Scale(zero=True),
+    )
+    tip = model_tooltip(
+        alt.Tooltip("band:N", title="band"),
+        alt.Tooltip("kind:N", title="energy of"),
+        alt.Tooltip("value:Q", title="energy share", format=".1%"),
+        alt.Tooltip("interval:N", title="interval"),
+        alt.Tooltip("n_planes:Q", title="planes per head (most)"),
+        alt.Tooltip("n_heads:Q", title="heads with the band"),
+    )
+    panels = _band_forest(
+        marts,
+        data,
+        x,
+        tip,
+        color,
+        size=45,
+        width=200,
+        step=24,
+        offset=alt.YOffset("kind:N", sort=list(KINDS)),
+    )
     chart = alt.hconcat(*panels, data=table_of(data), spacing=14).properties(
         title=alt.Title(
             "Query and key energy per RoPE band, with intervals",
@@ -358,39 +389,25 @@ def drop_forest(marts: Marts) -> Drawn:
                 **ci.fields(r["model_id"], f"rope_ap_drop_{r['band']}_only"),
             }
         )
-    present = [b for b in BANDS if any(d["band"] == b for d in data)]
-    labels = model_sort(marts, {d["model_id"] for d in data})
     look = model_look(marts, {d["model_id"] for d in data})
-    panels = []
-    for i, band in enumerate(present):
-        y = alt.Y(
-            "model:N",
-            sort=labels,
-            title=None,
-            axis=alt.Axis(labelLimit=320) if i == 0 else None,
-        )
-        base = alt.Chart().transform_filter(alt.datum.band == band).encode(y=y)
-        x = alt.X("value:Q", title="ap_drop (first 20 % − last 20 %)", scale=alt.Scale(zero=False))
-        tip = model_tooltip(
-            alt.Tooltip("band:N", title="band"),
-            alt.Tooltip("value:Q", title="band ap_drop", format=".4f"),
-            alt.Tooltip("interval:N", title="interval"),
-            alt.Tooltip("full:Q", title="full head ap_drop", format=".4f"),
-            alt.Tooltip("n_layers:Q", title="layers (resampled)"),
-            alt.Tooltip("n_heads:Q", title="heads"),
-        )
-        full = base.mark_tick(color="#222", thickness=2, size=14, opacity=0.6).encode(
+    x = alt.X("value:Q", title="ap_drop (first 20 % − last 20 %)", scale=alt.Scale(zero=False))
+    tip = model_tooltip(
+        alt.Tooltip("band:N", title="band"),
+        alt.Tooltip("value:Q", title="band ap_drop", format=".4f"),
+        alt.Tooltip("interval:N", title="interval"),
+        alt.Tooltip("full:Q", title="full head ap_drop", format=".4f"),
+        alt.Tooltip("n_layers:Q", title="layers (resampled)"),
+        alt.Tooltip("n_heads:Q", title="heads"),
+    )
+
+    def full_tick(base: alt.Chart) -> alt.Chart:
+        return base.mark_tick(color="#222", thickness=2, size=14, opacity=0.6).encode(
             x=alt.X("full:Q", title=x.to_dict().get("title"))
         )
-        bars = errorbar(base, x, color="#333", thickness=1.6, ticks=False)
-        pts = point_marks(base, size=55, x=x, color=look.color(legend=False), tooltip=tip)
-        panels.append(
-            alt.layer(full, bars, *pts).properties(
-                width=220,
-                height=alt.Step(22),
-                title=alt.Title(BAND_TITLES[band], fontSize=13, color=BAND_COLORS[band]),
-            )
-        )
+
+    panels = _band_forest(
+        marts, data, x, tip, look.color(legend=False), size=55, width=220, step=22, under=full_tick
+    )
     chart = alt.hconcat(*panels, data=table_of(data), spacing=14).properties(
         title=alt.Title(
             "ap_drop on each RoPE band's dims, with intervals",
