@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pytest
 from typer.testing import CliRunner
 
+import qkwh.cli as cli_module
 from qkwh import store
 from qkwh.cli import app
 from qkwh.sniffed.metadata import read_metadata
@@ -94,23 +96,20 @@ def test_a_hub_subset_is_part_of_the_name(tmp_path: Path):
     assert _dataset(db) == "wikitext/wikitext-2-raw-v1"
 
 
-def test_models_and_status_show_the_dataset(tmp_path: Path):
+def test_models_and_status_show_the_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     db = tmp_path / "wh.duckdb"
     _ingest(str(SAMPLE), "-w", str(db), "--model-id", "prose", "--dataset", "txt")
     _ingest(str(SAMPLE), "-w", str(db), "--model-id", "code", "--dataset", "py")
+    monkeypatch.setattr(cli_module.out, "width", 400)  # wide enough for the table layout
     for command in ("models", "status"):
         r = runner.invoke(app, [command, "-w", str(db)])
         assert r.exit_code == 0, r.output
-        header = next(line for line in r.output.splitlines() if "model_id" in line)
-        assert "dataset" in header, (command, r.output)
+        lines = r.output.splitlines()
+        header = next(line for line in lines if line.startswith("model_id"))
+        at = header.index("dataset")  # the table's columns are left-aligned under the header
         for model_id, dataset in (("code", "py"), ("prose", "txt")):
-            cells = [
-                c.strip()
-                for c in next(
-                    line for line in r.output.splitlines() if f" {model_id} " in line
-                ).split("│")
-            ]
-            assert dataset in cells, (command, cells)
+            row = next(line for line in lines if line.startswith(f"{model_id} "))
+            assert row[at:].split()[0] == dataset, (command, r.output)
 
 
 def test_an_explicit_dataset_key_wins_over_the_source(tmp_path: Path):
