@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import duckdb
 import interval_data
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ import rope_data
 
 from qkwh import store
 from qkwh.build import build
+from tests.dbt.conftest import Built
 
 PROFILE = (
     ["ap_overall"]
@@ -27,21 +27,7 @@ PROFILE = (
 )
 
 
-class _Built:
-    def __init__(self, warehouse: Path, truth: dict, success: bool) -> None:
-        self.warehouse, self.truth, self.success = warehouse, truth, success
-
-    def dicts(self, sql: str, params: list | None = None) -> list[dict]:
-        con = duckdb.connect(str(self.warehouse), read_only=True)
-        try:
-            cur = con.execute(sql, params or [])
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
-        finally:
-            con.close()
-
-
-def _build(root: Path, with_rope: bool) -> _Built:
+def _build(root: Path, with_rope: bool) -> Built:
     wh = root / "qkwh.duckdb"
     con = store.connect(wh)
     try:
@@ -51,26 +37,26 @@ def _build(root: Path, with_rope: bool) -> _Built:
     res = build(
         wh, target_dir=root / "target", log_sink=lambda _m: None, dbt_vars=interval_data.CI_VARS
     )
-    return _Built(wh, truth, res.success)
+    return Built(wh, res, truth)  # notes: the planted rows (rope_data.fill)
 
 
 @pytest.fixture(scope="module")
-def rope_build(tmp_path_factory) -> _Built:
+def rope_build(tmp_path_factory) -> Built:
     return _build(tmp_path_factory.mktemp("rope_marts"), with_rope=True)
 
 
 @pytest.fixture(scope="module")
-def plain_build(tmp_path_factory) -> _Built:
+def plain_build(tmp_path_factory) -> Built:
     """The same models without any rope row."""
     return _build(tmp_path_factory.mktemp("rope_marts_plain"), with_rope=False)
 
 
 def test_energy_shares_of_a_model_sum_to_one_and_average_the_heads(rope_build):
-    assert rope_build.success
+    assert rope_build.result.success
     rows = rope_build.dicts("SELECT * FROM rope_band_energy")
     planted: dict[tuple, dict[str, float]] = {}
     heads: dict[str, set] = {}
-    for p in rope_build.truth["planes"]:
+    for p in rope_build.notes["planes"]:
         heads.setdefault(p["model_id"], set()).add((p["layer"], p["q_head"]))
         s = planted.setdefault((p["model_id"], p["band"]), {})
         s[(p["layer"], p["q_head"])] = s.get((p["layer"], p["q_head"]), 0.0) + p["q_energy_share"]
@@ -105,7 +91,7 @@ def test_energy_share_intervals_are_the_layer_bootstrap_of_the_head_shares(rope_
     }
     heads: dict[str, set] = {}
     share: dict[tuple, float] = {}  # (model, band, side, layer, q_head) -> planted share
-    for p in rope_build.truth["planes"]:
+    for p in rope_build.notes["planes"]:
         heads.setdefault(p["model_id"], set()).add((p["layer"], p["q_head"]))
         for side in ("q", "k"):
             key = (p["model_id"], p["band"], side, p["layer"], p["q_head"])
@@ -159,7 +145,7 @@ def test_energy_share_intervals_are_the_layer_bootstrap_of_the_head_shares(rope_
 def test_energy_spectrum_is_the_mean_over_heads_per_plane(rope_build):
     rows = rope_build.dicts("SELECT * FROM rope_energy_spectrum")
     planted: dict[tuple, list[float]] = {}
-    for p in rope_build.truth["planes"]:
+    for p in rope_build.notes["planes"]:
         planted.setdefault((p["model_id"], p["band"], p["plane"]), []).append(p["k_energy_share"])
     assert {(r["model_id"], r["band"], r["plane"]) for r in rows} == set(planted)
     for r in rows:
@@ -245,7 +231,7 @@ def test_band_values_follow_the_planted_scale_and_compare_over_the_same_heads(ro
 def test_band_logits_pool_every_head_s_pairs_exactly(rope_build):
     rows = rope_build.dicts("SELECT * FROM rope_band_logits_model")
     pooled: dict[tuple, list[np.ndarray]] = {}
-    for (mid, _layer, _head, band, dbin), v in rope_build.truth["pairs"].items():
+    for (mid, _layer, _head, band, dbin), v in rope_build.notes["pairs"].items():
         pooled.setdefault((mid, band, dbin), []).append(v)
     assert {(r["model_id"], r["band"], r["distance_bin"]) for r in rows} == set(pooled)
     bucket = {m.model_id: m.bucket_size for m in rope_data.MODELS}
@@ -292,7 +278,7 @@ def test_rope_metrics_get_intervals_and_comparisons(rope_build):
 def test_without_rope_rows_the_rope_marts_are_empty_and_other_intervals_unchanged(
     rope_build, plain_build
 ):
-    assert plain_build.success
+    assert plain_build.result.success
     for mart in (
         "rope_band_energy",
         "rope_energy_spectrum",
