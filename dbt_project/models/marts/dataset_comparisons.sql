@@ -1,6 +1,7 @@
 -- Does the text a model was captured on change its numbers?  Every pair of captures of one model
 -- on different datasets (int_dataset_pairs: same hf_model and checkpoint, model_a < model_b),
--- compared head by head on the heads both hold, for each metric of var('comparison_metrics'):
+-- compared head by head on the heads both hold, for each metric of comparison_metrics() (the declared compared metrics,
+-- or the dbt var comparison_metrics when set):
 -- difference = value(B) - value(A) on those heads and its interval.  The layer term comes from
 -- the layer-cluster bootstrap of the per-head differences (int_dataset_pair_replicates);
 -- when either capture has a document-group jackknife (model_metric_ci.se_documents), its
@@ -9,7 +10,7 @@
 -- interval is the bootstrap percentile interval of the differences (`interval` = 'layers').
 -- distinguishable = the interval excludes 0; NULL when there is no interval.
 {%- set level = var('ci_level') %}
-{%- set metrics = var('comparison_metrics') %}
+{%- set metrics = comparison_metrics() %}
 {%- set z = normal_z(level) %}
 with pairs as (
     select * from {{ ref('int_dataset_pairs') }}
