@@ -58,7 +58,8 @@ def staging_name(table: Table) -> str:
 
 def staging_sql(analysis: Analysis, table: Table) -> str:
     """The dbt staging model of ``table``: typed columns, non-finite doubles as NULL, a head label,
-    the rows of the analysis's current parameter set."""
+    the rows of the analysis's current parameter set (and, for an analysis that ``uses`` others,
+    only rows computed with those analyses' current parameters: ``uses_are_current``)."""
     lines = [
         f"-- {table.description or table.name} Non-finite doubles become NULL.",
         f"-- {_HEADER}",
@@ -81,6 +82,9 @@ def staging_sql(analysis: Analysis, table: Table) -> str:
         f"from {{{{ source('qkwh', '{table.name}') }}}} as t",
         f"where {{{{ is_current_config('t', '{analysis.name}') }}}}",
     ]
+    if analysis.uses:
+        uses = ", ".join(f"'{u}'" for u in analysis.uses)
+        lines.append(f"  and {{{{ uses_are_current('t', '{analysis.name}', [{uses}]) }}}}")
     return "\n".join(lines) + "\n"
 
 

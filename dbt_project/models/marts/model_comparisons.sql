@@ -120,3 +120,5 @@ select
                  || ' has a document jackknife; the other''s document noise is not counted'
     end as note
 from bounds as p
+-- a stable row order for readers that select without ORDER BY
+order by model_a, model_b, metric
