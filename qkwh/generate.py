@@ -2,7 +2,8 @@
 
 * ``dbt_project/models/staging/stg_<table>.sql`` -- one staging view per staged analysis table:
   the head, its label, the declared columns (non-finite doubles as NULL), the rows of the
-  analysis's current parameter set only;
+  analysis's current parameter set only; and ``stg_<table>.yml``, its description, columns and
+  tests (key, model_id relationship, declared ranges and not-null columns);
 * the analysis part of ``dbt_project/models/staging/_sources.yml`` -- each table with its
   description, its columns and the test of its key;
 * the analysis part of ``docs/tables.md`` -- each table's grain, key and columns with type,
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qkwh.analyses import registry
-from qkwh.analyses.registry import Analysis, ModelMetric, Table
+from qkwh.analyses.registry import HEAD_KEY, Analysis, ModelMetric, Table
 from qkwh.paths import DBT_PROJECT_DIR, DOCS_DIR, RUN_CONFIG_YAML
 
 STAGING_DIR = DBT_PROJECT_DIR / "models" / "staging"
@@ -88,14 +89,82 @@ def staging_sql(analysis: Analysis, table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def staging_yml(analysis: Analysis, table: Table) -> str:
+    """The dbt properties of the staging model of ``table``: its description, the test of its key
+    (one parameter set per model, so the key without config_id), the model_id relationship, and
+    every column with its description, unit and declared tests (``range``, ``not_null``)."""
+    doc = f" (docs/{analysis.doc})" if analysis.doc else ""
+    grain = table.grain or "one row per head"
+    key = ", ".join((*HEAD_KEY[:3], *table.key))
+    lines = [
+        f"# {_HEADER}",
+        "version: 2",
+        "",
+        "models:",
+        f"  - name: {staging_name(table)}",
+        "    description: "
+        + _yaml_text(
+            f"{table.description} Grain: {grain}{doc}. Only rows of the parameter set the model "
+            f"currently reports for the analysis {analysis.name} (current_config)."
+        ),
+        "    data_tests:",
+        "      - primary_key:",
+        "          arguments:",
+        f"            columns: [{key}]",
+        "    columns:",
+        "      - name: model_id",
+        "        description: Model id; references stg_models.",
+        "        data_tests:",
+        "          - relationships:",
+        "              arguments:",
+        "                to: ref('stg_models')",
+        "                field: model_id",
+        "      - name: layer",
+        "        description: 0-based decoder layer.",
+        "      - name: q_head",
+        "        description: Query head index within the layer.",
+        "      - name: k_head",
+        "        description: Key/value head paired by the GQA rule k_head = q_head // gqa_ratio.",
+        "      - name: head_label",
+        "        description: Display label of the head, e.g. L5H3 (layer 5, query head 3).",
+    ]
+    for c in table.columns:
+        unit = f" [{c.unit}]" if c.unit and c.unit != "1" else ""
+        lines += [
+            f"      - name: {c.name}",
+            f"        description: {_yaml_text(c.description + unit)}",
+        ]
+        tests = []
+        if c.not_null:
+            tests.append("          - not_null")
+        if c.range is not None:
+            tests += [
+                "          - in_range:",
+                f"              arguments: {{min_value: {_num(c.range[0])}, "
+                f"max_value: {_num(c.range[1])}}}",
+            ]
+        if tests:
+            lines += ["        data_tests:", *tests]
+    lines += [
+        "      - name: config_id",
+        "        description: The parameter set of the row (run_config.config_id).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def staging_models() -> dict[str, str]:
-    """file name -> text of every generated staging model."""
-    return {
-        f"{staging_name(t)}.sql": staging_sql(a, t)
-        for a in registry.analyses()
-        for t in a.tables
-        if t.staged
-    }
+    """file name -> text of every generated staging model and its properties file."""
+    out: dict[str, str] = {}
+    for a in registry.analyses():
+        for t in a.tables:
+            if t.staged:
+                out[f"{staging_name(t)}.sql"] = staging_sql(a, t)
+                out[f"{staging_name(t)}.yml"] = staging_yml(a, t)
+    return out
 
 
 def _yaml_text(text: str) -> str:
@@ -264,14 +333,41 @@ def _replace_after(text: str, marker: str, part: str, end: str | None = None) ->
     return head + marker + "\n" + part + tail
 
 
+def dbt_files(project: Path = DBT_PROJECT_DIR) -> dict[Path, str]:
+    """path -> text of the generated files of the dbt project at ``project`` (the staging models
+    and their properties, the analysis part of ``_sources.yml``, the metric catalogue)."""
+    staging = project / STAGING_DIR.relative_to(DBT_PROJECT_DIR)
+    sources = project / SOURCES_YML.relative_to(DBT_PROJECT_DIR)
+    files = {staging / name: text for name, text in staging_models().items()}
+    files[sources] = _replace_after(sources.read_text(), SOURCES_MARKER, sources_part())
+    files[project / METRICS_MACRO.relative_to(DBT_PROJECT_DIR)] = metrics_macro()
+    return files
+
+
+def write_dbt_project(project: Path) -> list[Path]:
+    """Write the generated dbt files of the registered analyses into the dbt project at
+    ``project`` (e.g. a copy of ``dbt_project/`` for an analysis registered at run time);
+    returns the files that changed.  Generated staging files of tables no analysis declares any
+    more are removed."""
+    files = dbt_files(project)
+    changed = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+    staging = project / STAGING_DIR.relative_to(DBT_PROJECT_DIR)
+    for p in sorted(staging.glob("stg_*.*")):
+        if p not in files and _HEADER in p.read_text():
+            p.unlink()
+            changed.append(p)
+    for p in changed:
+        if p in files:
+            p.write_text(files[p])
+    return changed
+
+
 def expected_files() -> dict[Path, str]:
     """path -> the text the generator writes there."""
-    files = {STAGING_DIR / name: text for name, text in staging_models().items()}
-    files[SOURCES_YML] = _replace_after(SOURCES_YML.read_text(), SOURCES_MARKER, sources_part())
+    files = dbt_files()
     files[TABLES_MD] = _replace_after(
         TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END
     )
-    files[METRICS_MACRO] = metrics_macro()
     files[MART_NAMES_PY] = mart_names_module()
     files[RUN_CONFIG_YAML] = _replace_after(
         RUN_CONFIG_YAML.read_text(), RUN_MARKER, run_config_part()
@@ -284,7 +380,7 @@ def stale_files() -> list[str]:
     staging models of tables no analysis declares any more (repository-relative)."""
     expected = expected_files()
     bad = [p for p, text in expected.items() if not p.exists() or p.read_text() != text]
-    for p in sorted(STAGING_DIR.glob("stg_*.sql")):
+    for p in sorted(STAGING_DIR.glob("stg_*.*")):
         if p not in expected and _HEADER in p.read_text():
             bad.append(p)
     return [str(p.relative_to(DBT_PROJECT_DIR.parent)) for p in bad]
@@ -294,7 +390,7 @@ def write() -> list[str]:
     """Write every generated file; returns those that changed."""
     changed = stale_files()
     expected = expected_files()
-    for p in sorted(STAGING_DIR.glob("stg_*.sql")):
+    for p in sorted(STAGING_DIR.glob("stg_*.*")):
         if p not in expected and _HEADER in p.read_text():
             p.unlink()
     for p, text in expected.items():

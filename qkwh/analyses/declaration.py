@@ -49,7 +49,8 @@ class Column:
     ``"vector units"`` (the units of the stored q/k components), ... or ``""`` for labels and
     flags; ``description``: one line.  ``head_metric``: the dbt mart ``head_metrics`` carries it
     as a head-level scalar.  ``null_as``: the SQL literal the dbt staging view puts in place of
-    NULL (default: NULL stays NULL).
+    NULL (default: NULL stays NULL).  ``range``: (min, max) every non-NULL value lies in, checked
+    by a dbt test on the staging view; ``not_null``: a dbt test that no value is NULL.
     """
 
     name: str
@@ -58,6 +59,8 @@ class Column:
     description: str = ""
     head_metric: bool = False
     null_as: str | None = None
+    range: tuple[float, float] | None = None
+    not_null: bool = False
 
     @property
     def is_float(self) -> bool:

@@ -77,8 +77,19 @@ def _pca_metrics() -> tuple[ModelMetric, ...]:
     return tuple(out)
 
 
+#: columns whose values lie in a range (checked by a dbt test on the staging view)
+_RANGES: dict[str, tuple[float, float]] = {
+    "explained_variance_ratio": (0, 1),
+    "r_q": (-1, 1),
+    "r_k": (-1, 1),
+    "r_q0": (-1, 1),
+    "r_k0": (-1, 1),
+    "ev0": (0, 1),
+}
+
+
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:
-    return Column(name, type_, unit, description, head_metric=head_metric)
+    return Column(name, type_, unit, description, head_metric=head_metric, range=_RANGES.get(name))
 
 
 _ROWS = (

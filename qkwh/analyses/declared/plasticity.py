@@ -147,8 +147,17 @@ def _profile_metrics() -> tuple[ModelMetric, ...]:
     return tuple(out)
 
 
+#: columns whose values lie in a range (checked by a dbt test on the staging view)
+_RANGES: dict[str, tuple[float, float]] = {
+    "bucket_frac": (0, 1),
+    "ap_bucket": (0, 1),
+    "ap_bucket_empirical": (0, 1),
+    "component_weight": (0, 1),
+}
+
+
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:
-    return Column(name, type_, unit, description, head_metric=head_metric)
+    return Column(name, type_, unit, description, head_metric=head_metric, range=_RANGES.get(name))
 
 
 ANALYSIS = Analysis(

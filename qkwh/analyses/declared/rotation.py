@@ -35,6 +35,18 @@ class RotationParams:
     )
 
 
+#: columns whose values lie in a range (checked by a dbt test on the staging view)
+_RANGES: dict[str, tuple[float, float]] = {
+    "separation_strength": (0, 1),
+    "plane_var_fraction": (0, 1),
+    "var_frac_a": (0, 1),
+    "var_frac_b": (0, 1),
+    "sv_var_share": (0, 1),
+}
+#: columns never NULL in the staging view (a dbt test)
+_NOT_NULL = {"degenerate"}
+
+
 def _c(
     name: str,
     type_: str,
@@ -44,7 +56,16 @@ def _c(
     head_metric: bool = False,
     null_as: str | None = None,
 ) -> Column:
-    return Column(name, type_, unit, description, head_metric=head_metric, null_as=null_as)
+    return Column(
+        name,
+        type_,
+        unit,
+        description,
+        head_metric=head_metric,
+        null_as=null_as,
+        range=_RANGES.get(name),
+        not_null=name in _NOT_NULL,
+    )
 
 
 _HEAD_MEANS: tuple[tuple[str, str, str], ...] = (
