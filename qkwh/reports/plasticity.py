@@ -22,10 +22,11 @@ from qkwh.reports.base import (
     table_of,
     token_axis,
 )
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.charts import depth_rows
 from qkwh.reports.intervals import Intervals, along, errorbar, pct, point_marks
 
-SECTION = "Plasticity"
+SECTION = section("Plasticity", order=30)
 
 AP_TITLE = "attention plasticity AP (0–1)"
 AP_MEANING = "AP → 1: the query's content decides which key wins; AP → 0: position decides"
@@ -827,7 +828,7 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
     return Drawn(chart, ci.caption("Right panel, bars"))
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "ap-heatmap",
         SECTION,

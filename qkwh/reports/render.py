@@ -40,7 +40,7 @@ from jsonschema.exceptions import best_match
 from qkwh import __version__, store
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.paths import REPORTS_DIR
-from qkwh.reports import pca, plasticity, published, rope, rotation, training
+from qkwh.reports import catalogue as _catalogue
 from qkwh.reports.base import (
     POINT_BUDGET,
     Absent,
@@ -57,22 +57,6 @@ from qkwh.reports.base import (
 
 log = logging.getLogger("qkwh.reports")
 
-CATALOGUE: tuple[FigureDef, ...] = (
-    pca.FIGURES
-    + rotation.FIGURES
-    + plasticity.FIGURES
-    + rope.FIGURES
-    + training.FIGURES
-    + published.FIGURES
-)
-SECTIONS = (
-    "PCA",
-    "Rotation",
-    "Plasticity",
-    "RoPE bands",
-    "Training dynamics",
-    "Published comparison",
-)
 DEFAULT_OUT = REPORTS_DIR / "latest"
 FIGURE_DIR = "figures"
 MODEL_DIR = "models"  # one page per model: its per-model figures
@@ -178,7 +162,7 @@ def render(
     if bad:
         raise QkwhError(f"unknown figure format {', '.join(bad)}: choose png and/or svg")
     out_dir = Path(out).expanduser().resolve() if out else DEFAULT_OUT
-    catalogue = _select(figures)
+    catalogue = _catalogue.select(figures)
     con = _open(warehouse)
     try:
         selected = _models(con, models)
@@ -338,25 +322,6 @@ def _models(con: Any, wanted: Sequence[str] | None) -> list[str]:
             f"no model {', '.join(map(repr, missing))} in the marts (have: {', '.join(ordered)})"
         )
     return [m for m in ordered if m in set(wanted)]
-
-
-def _select(wanted: Sequence[str] | None) -> tuple[FigureDef, ...]:
-    if not wanted:
-        return CATALOGUE
-    picked = []
-    for w in wanted:
-        hits = [
-            f
-            for f in CATALOGUE
-            if w.lower() in (f.key, f.section.lower()) or f.key.startswith(w.lower() + "-")
-        ]
-        if not hits:
-            raise QkwhError(
-                f"no figure {w!r}; figures: {', '.join(f.key for f in CATALOGUE)}; "
-                f"sections: {', '.join(SECTIONS)}"
-            )
-        picked += [f for f in hits if f not in picked]
-    return tuple(f for f in CATALOGUE if f in picked)
 
 
 def _build_all(marts: Marts, catalogue: Sequence[FigureDef], *, strict: bool):
@@ -694,7 +659,7 @@ def _sections(
     parts: list[str],
     with_models: bool,
 ) -> None:
-    for section in SECTIONS:
+    for section in _catalogue.sections():
         figs = [f for f in figures if f.section == section]
         skips = [s for s in skipped if s.section == section]
         if not figs and not skips:
@@ -724,7 +689,7 @@ def _index_html(
     parts.append(f"<p>{len(ids)} model(s): {_esc(shown)}</p>")
     parts.append(head.meta())
     parts.append("</header><main>")
-    sections = [s for s in SECTIONS if any(f.section == s for f in cross)]
+    sections = [s for s in _catalogue.sections() if any(f.section == s for f in cross)]
     nav = [f'<a href="#section-{slug(s)}">{_esc(s)}</a>' for s in sections]
     nav += ['<a href="#models">models</a>', '<a href="#figure-index">figure index</a>']
     parts.append(f'<nav class="top">{" · ".join(nav)} {_model_jump(head, pages, page)}</nav>')

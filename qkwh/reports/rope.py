@@ -25,9 +25,10 @@ from qkwh.reports.base import (
     table_of,
     token_axis,
 )
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.intervals import Intervals, errorbar, point_marks
 
-SECTION = "RoPE bands"
+SECTION = section("RoPE bands", order=40)
 
 BANDS = ("high", "mid", "low", "unrotated")
 BAND_COLORS = {"high": "#e45756", "mid": "#f2a93b", "low": "#4c78a8", "unrotated": "#9e9e9e"}
@@ -472,7 +473,7 @@ def band_logits(marts: Marts, model_id: str) -> Drawn:
     return Drawn(chart, "Pooled over heads (n, sum and sum of squares added), without an interval.")
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "rope-band-energy",
         SECTION,

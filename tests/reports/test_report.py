@@ -21,7 +21,8 @@ import pytest
 
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.reports.base import MARTS, Marts
-from qkwh.reports.render import CATALOGUE, render
+from qkwh.reports.catalogue import catalogue, only
+from qkwh.reports.render import render
 from tests.conftest import REPO
 from tests.reports.conftest import MODEL, SYNTH, SYNTH_LABEL
 
@@ -267,6 +268,7 @@ def test_per_model_figures_are_on_model_pages_linked_from_the_index(fixture_repo
 
 
 def test_the_catalogue_covers_every_figure_family():
+    CATALOGUE = catalogue()
     sections = {f.section for f in CATALOGUE}
     assert sections == {
         "PCA",
@@ -428,18 +430,25 @@ def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(
     from typer.testing import CliRunner
 
     from qkwh.cli import app
-    from qkwh.reports import render as render_mod
 
     def broken(marts):
         raise RuntimeError("simulated drawing bug")
 
-    first = render_mod.CATALOGUE[0]
+    first = catalogue()[0]
     bad = dataclasses.replace(first, key="broken-figure", build=broken, per_model=False)
-    monkeypatch.setattr(render_mod, "CATALOGUE", (bad, first))
-    r = CliRunner().invoke(
-        app,
-        ["report", "-w", str(report_warehouse), "-o", str(tmp_path / "rep"), "-m", "smollm2-135m"],
-    )
+    with only(bad, first):
+        r = CliRunner().invoke(
+            app,
+            [
+                "report",
+                "-w",
+                str(report_warehouse),
+                "-o",
+                str(tmp_path / "rep"),
+                "-m",
+                "smollm2-135m",
+            ],
+        )
     assert r.exit_code == 1, r.output
     assert "left out broken-figure: failed: RuntimeError: simulated drawing bug" in r.output
     assert "1 figure(s) failed to render" in r.stderr
@@ -452,13 +461,12 @@ def test_cli_report_static_writes_png_and_svg(report_warehouse, tmp_path, monkey
     from typer.testing import CliRunner
 
     from qkwh.cli import app
-    from qkwh.reports import render as render_mod
 
-    fig = next(f for f in render_mod.CATALOGUE if f.key == "pca-taxonomy")
-    monkeypatch.setattr(render_mod, "CATALOGUE", (fig,))
-    r = CliRunner().invoke(
-        app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")]
-    )
+    fig = next(f for f in catalogue() if f.key == "pca-taxonomy")
+    with only(fig):
+        r = CliRunner().invoke(
+            app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")]
+        )
     assert r.exit_code == 0, r.output
     for ext in ("png", "svg", "vl.json"):
         assert (tmp_path / "rep" / "figures" / f"pca-taxonomy.{ext}").is_file(), ext
@@ -875,8 +883,6 @@ def test_captions_cite_no_unexplained_figure_tags():
     """Captions are for a reader with only the report: no "(qk-pca/02)"-style research tags."""
     import re
 
-    from qkwh.reports import render as render_mod
-
     tag = re.compile(r"(qk-(pca|rotation)|attention-plasticity)/\d|Tables? \d")
-    captions = [f.caption for f in render_mod.CATALOGUE]
+    captions = [f.caption for f in catalogue()]
     assert captions and not [c for c in captions if tag.search(c)]
