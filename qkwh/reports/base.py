@@ -85,6 +85,29 @@ def slug(text: str) -> str:
     return s or "x"
 
 
+_SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
+
+
+def file_names(model_ids: Iterable[str]) -> dict[str, str]:
+    """A file name per model (its page ``models/<name>.html`` and its figure ids), one-to-one.
+
+    A model id that is already a safe file name (lower case ``[a-z0-9_.-]``, at most 100
+    characters, not ending in a dot) is its own name; any other id gets its :func:`slug` plus a
+    hash of the id (``M_X`` -> ``m-x-<hash>``), so two ids never share a file, whatever their
+    case or punctuation, also on a case-insensitive file system."""
+    ids = list(dict.fromkeys(model_ids))
+    for size in (4, 8, 16, 32):
+        names = {
+            m: m
+            if _SAFE_NAME.fullmatch(m) and not m.endswith(".")
+            else f"{slug(m)[:80]}-{hashlib.blake2b(m.encode(), digest_size=size).hexdigest()}"
+            for m in ids
+        }
+        if len(set(names.values())) == len(ids):
+            return names
+    raise ValueError("model ids whose file names collide")  # pragma: no cover (2^-256)
+
+
 # ------------------------------------------------------------------------------------------
 # reading marts
 # ------------------------------------------------------------------------------------------
