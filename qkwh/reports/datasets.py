@@ -22,7 +22,7 @@ DATASET_COLORS = {"layers+documents": "#1f77b4", "layers": "#ff7f0e", "none": "#
 
 def dataset_comparisons(marts: Marts) -> Drawn:
     """Per metric (one row of panels each, own x scale) and per pair of captures of one model:
-    the difference B − A over the heads both hold, with its interval (dataset_comparisons)."""
+    the difference A − B over the heads both hold, with its interval (dataset_comparisons)."""
     if not marts.has("dataset_comparisons"):
         raise NoData("the warehouse has no `dataset_comparisons` (run `qkwh build`)")
     chosen = set(marts.models)
@@ -37,7 +37,7 @@ def dataset_comparisons(marts: Marts) -> Drawn:
         a, b = marts.display(r["model_a"]), marts.display(r["model_b"])
         data.append(
             {
-                "pair": f"{b} − {a} ({r.get('dataset_b') or '?'} − {r.get('dataset_a') or '?'})",
+                "pair": f"{a} − {b} ({r.get('dataset_a') or '?'} − {r.get('dataset_b') or '?'})",
                 "metric": r["metric"],
                 "difference": r["difference"],
                 "ci_low": r.get("ci_low"),
@@ -56,7 +56,7 @@ def dataset_comparisons(marts: Marts) -> Drawn:
         )
     metrics = sorted({d["metric"] for d in data})
     pairs = sorted({d["pair"] for d in data})
-    x = alt.X("difference:Q", title="difference B − A", scale=alt.Scale(zero=True, nice=True))
+    x = alt.X("difference:Q", title="difference A − B", scale=alt.Scale(zero=True, nice=True))
     y = alt.Y("pair:N", sort=pairs, title=None, axis=alt.Axis(labelLimit=420))
     color = alt.Color(
         "kind:N",
@@ -66,7 +66,7 @@ def dataset_comparisons(marts: Marts) -> Drawn:
     tip = [
         alt.Tooltip("pair:N", title="captures"),
         alt.Tooltip("metric:N", title="metric"),
-        alt.Tooltip("difference:Q", title="B − A", format=".4g"),
+        alt.Tooltip("difference:Q", title="A − B", format=".4g"),
         alt.Tooltip("ci_low:Q", title="interval low", format=".4g"),
         alt.Tooltip("ci_high:Q", title="interval high", format=".4g"),
         alt.Tooltip("kind:N", title="interval terms"),
@@ -92,7 +92,7 @@ def dataset_comparisons(marts: Marts) -> Drawn:
             title=alt.Title(
                 "One model on two datasets: differences with intervals",
                 subtitle=[
-                    "per metric and pair of captures: B − A over the heads both captures hold; "
+                    "per metric and pair of captures: A − B over the heads both captures hold; "
                     "bar = interval, dashed line = 0",
                 ],
             )

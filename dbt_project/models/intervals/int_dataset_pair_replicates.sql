@@ -5,7 +5,7 @@
 -- replicate.  The replicates are model_a's draws (int_bootstrap_draws over model_a's layers,
 -- replicate 0 = every layer once), applied to both captures: the two sides always use the same
 -- heads with the same weights, so value_b - value_a of a mean metric is the weighted mean of the
--- per-head differences (B - A), and a derived metric is computed from each side's own means.
+-- per-head differences (dataset_comparisons reports A - B), and a derived metric is computed from each side's own means.
 -- Sums run over lists in layer order, so every value is bit-reproducible.
 {%- set derived = derived_metric_groups() %}
 {%- set derived_names = [] %}
