@@ -49,8 +49,69 @@ def test_a_changed_declaration_makes_the_generated_files_stale(monkeypatch):
     )
     assert set(generate.stale_files()) == {
         "dbt_project/models/staging/_sources.yml",
+        "dbt_project/models/staging/stg_pca_heads.yml",
         "docs/tables.md",
     }
+
+
+def test_a_changed_metric_declaration_makes_the_catalogue_stale(monkeypatch):
+    """The dbt metric catalogue follows the declared metrics: a metric no longer compared leaves
+    the comparison list, and generate --check fails until it is regenerated."""
+    rotation = registry.get("rotation")
+    metrics = tuple(
+        dataclasses.replace(m, compared=False) if m.name == "bias_strength" else m
+        for m in rotation.metrics
+    )
+    monkeypatch.setitem(
+        registry._REGISTRY, "rotation", dataclasses.replace(rotation, metrics=metrics)
+    )
+    assert generate.stale_files() == ["dbt_project/macros/declared_metrics.sql"]
+    compared = generate.metrics_macro().split("declared_comparison_metrics")[1]
+    assert '"bias_strength"' not in compared and '"abs_r_k_a"' in compared
+    assert generate.main(["--check"]) == 1
+
+
+def test_every_staged_table_has_generated_properties():
+    """Each staging view of an analysis table has its .yml, with the key test and the declared
+    range tests (the hand-written files they replace carried the same ones)."""
+    for a in registry.analyses():
+        for t in a.tables:
+            path = generate.STAGING_DIR / f"stg_{t.name}.yml"
+            assert path.exists() == t.staged, t.name
+            if not t.staged:
+                continue
+            text = path.read_text()
+            assert f"columns: [{', '.join(('model_id', 'layer', 'q_head', *t.key))}]" in text
+            for c in t.columns:
+                assert f"- name: {c.name}\n" in text
+                if c.range is not None:
+                    assert f"min_value: {generate._num(c.range[0])}" in text
+
+
+def test_a_metric_declaration_is_checked():
+    from qkwh.analyses.declaration import ModelMetric
+
+    base = registry.get("pca")
+    for bad, message in (
+        (ModelMetric("x", agg="mode"), "agg 'mode'"),
+        (ModelMetric("x", agg="derived"), "names its rule"),
+        (ModelMetric("x", rule="plasticity_profile"), "names its rule"),
+        (ModelMetric("x", agg="derived", rule="nosuch"), "unknown rule"),
+        (ModelMetric("x y"), "metric name"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            dataclasses.replace(base, name="toycheck", metrics=(bad,)).check()
+    twice = (ModelMetric("x"), ModelMetric("x"))
+    with pytest.raises(ValueError, match="declared twice"):
+        dataclasses.replace(base, name="toycheck", metrics=twice).check()
+    clash = dataclasses.replace(
+        base,
+        name="toyclash",
+        tables=(registry.Table("toyclash_heads", columns=(("v", "DOUBLE"),)),),
+        metrics=(ModelMetric("bias_strength"),),
+    )
+    with pytest.raises(ValueError, match="belong to rotation"):
+        registry.register(clash)
 
 
 def test_schema_sql_holds_no_analysis_table():
@@ -220,6 +281,7 @@ def test_the_generated_staging_models_select_every_declared_column(tmp_path: Pat
                 sql = re.sub(r"\{\{ finite\('(\w+)'\) \}\}", r"\1", sql)
                 sql = re.sub(r"\{\{ source\('qkwh', '(\w+)'\) \}\}", r"\1", sql)
                 sql = re.sub(r"\{\{ is_current_config\('t', '\w+'\) \}\}", "true", sql)
+                sql = re.sub(r"\{\{ uses_are_current\('t', '\w+', \[[^]]*\]\) \}\}", "true", sql)
                 names = [d[0] for d in con.execute(sql).description]
                 assert names == [*registry.HEAD_KEY, "head_label", *t.column_names, "config_id"], (
                     t.name
