@@ -19,30 +19,13 @@ import pytest
 import synthetic_marts as sm
 
 from qkwh import build as build_mod
+from qkwh import mart_names
 from qkwh.errors import NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DBT_PROJECT_DIR, REGISTRY_CSV
 
-MARTS = [
-    "head_metrics",
-    "head_taxonomy",
-    "taxonomy_fractions",
-    "model_summary",
-    "plasticity_length_bins",
-    "plasticity_heatmap_model",
-    "plasticity_buckets_gap",
-    "component_weights_model",
-    "bias_decomposition",
-    "training_trajectory",
-    "layer_profile",
-    "family_correlations",
-    "benchmark_joins",
-    "benchmark_correlations",
-    "published_comparison",
-    "model_metric_ci",
-    "model_comparisons",
-    "dataset_comparisons",
-    "head_rotation_pairs",
-]
+#: every mart (the generated list the reports read) but taxonomy_classes, which holds the class
+#: definitions of the dbt var even on an empty warehouse
+MARTS = sorted(mart_names.MARTS - {"taxonomy_classes"})
 SPECS = {s.model_id: s for s in sm.BASE_MODELS}
 QWEN, MINISTRAL = SPECS["qwen3-4b"], SPECS["ministral3-3b"]
 SMOL = [s for s in sm.BASE_MODELS if s.family == "SmolLM3"]

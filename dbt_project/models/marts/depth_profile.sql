@@ -38,3 +38,5 @@ select
 from long
 where isfinite(value)
 group by model_id, metric, depth_bin
+-- a stable row order for readers that select without ORDER BY
+order by model_id, metric, depth_bin
