@@ -102,7 +102,7 @@ def compare(
             if bad:
                 raise NotFoundError(
                     f"no comparison for metric {', '.join(map(repr, bad))}; compared metrics: "
-                    f"{', '.join(available) or 'none'} (dbt var comparison_metrics)"
+                    f"{', '.join(available) or 'none'} (the metrics the analyses declare as compared)"
                 )
         paired = "dataset_comparisons" in present and bool(
             con.execute(
