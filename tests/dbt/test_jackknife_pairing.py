@@ -15,6 +15,8 @@ from qkwh.build import build
 from qkwh.params import RunConfig
 from tests.dbt.conftest import Built, _quiet
 
+pytestmark = pytest.mark.slow  # a dbt build of its own
+
 DIAG = "cfg-pl-diag"
 
 
