@@ -6,7 +6,7 @@ In this order of preference:
    metadata key ``rope_frequencies`` (per layer type, with attention scaling and layout);
 2. ``config``: the model's own ``config.json``, from the local model folder the capture read
    (metadata ``model_source``) or the Hugging Face cache (no network), through
-   :mod:`qkwh.analyses.rope_frequencies`;
+   :mod:`qkwh.rope_config`;
 3. ``rope_theta``: the saver state's (or registry's) ``rope_theta`` with the scaling the metadata
    records (``rope_scaling`` / ``rope_parameters``, an object or a JSON string), or alone when
    the rope type is ``default`` (or not recorded), over ``head_dim * partial_rotary_factor`` dims
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from qkwh.analyses import rope_frequencies as RF
+from qkwh import rope_config as RF
 from qkwh.sniffed.metadata import DatasetMetadata
 from qkwh.sniffed.validate import Finding
 
@@ -176,7 +176,7 @@ def _from_config(
     return ResolvedRope(
         "config",
         where,
-        "half",
+        RF.layout_from_config(config),
         _layers_of(layers, nope, RF.layer_types_from_config(config), by_type, where),
     )
 
@@ -196,10 +196,10 @@ def _cached_config(repo_id: str, revision: str | None) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        from qkwh.sniffed.hub import _default_cache_dir
+        from qkwh.sniffed.hub import default_cache_dir
 
         found = try_to_load_from_cache(
-            repo_id, "config.json", cache_dir=str(_default_cache_dir()), revision=revision or None
+            repo_id, "config.json", cache_dir=str(default_cache_dir()), revision=revision or None
         )
     except Exception:  # noqa: BLE001 - an invalid repo id or a broken cache: not cached
         return None
@@ -209,9 +209,9 @@ def _cached_config(repo_id: str, revision: str | None) -> Path | None:
 def _download_config(repo_id: str, revision: str | None) -> Path:
     from huggingface_hub import hf_hub_download
 
-    from qkwh.sniffed.hub import _default_cache_dir, _etag_timeout, _offline, endpoint
+    from qkwh.sniffed.hub import default_cache_dir, endpoint, etag_timeout, offline
 
-    if _offline():
+    if offline():
         raise _Missing(
             f"config.json of {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
         )
@@ -222,8 +222,8 @@ def _download_config(repo_id: str, revision: str | None) -> Path:
                 "config.json",
                 revision=revision or None,
                 endpoint=endpoint(),
-                cache_dir=str(_default_cache_dir()),
-                etag_timeout=_etag_timeout(),
+                cache_dir=str(default_cache_dir()),
+                etag_timeout=etag_timeout(),
             )
         )
     except Exception as exc:  # noqa: BLE001 - any failure leaves the frequencies unresolved, never the ingest
@@ -313,6 +313,7 @@ def resolve(
                 "rope_theta": rope_theta,
                 "rope_scaling": scaling,
                 "max_position_embeddings": meta.get_int("max_position_embeddings"),
+                "model_type": meta.get_str("model_type"),
             }
             prf = _metadata_float(meta, "partial_rotary_factor")
             if prf is not None:
@@ -333,7 +334,7 @@ def resolve(
         return ResolvedRope(
             "rope_theta",
             f"rope_theta {rope_theta:g}, default type",
-            "half",
+            RF.layout_of_model_type(meta.get_str("model_type")),
             _layers_of(layers, nope, None, {"all": (freqs, 1.0)}, "rope_theta"),
         )
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from hub_server import HubStandIn
 
+from qkwh import rope_config as RF
 from qkwh import store
-from qkwh.analyses import rope_frequencies as RF
 from qkwh.ingest import ingest
 from qkwh.rope_sources import resolve
 from qkwh.sniffed.metadata import DatasetMetadata

@@ -1,5 +1,8 @@
 """RoPE planes and frequencies of an attention head, from the model's own parameters (pure numpy).
 
+These are facts of a model's config, shared by capture (which records them), ingest (which
+resolves them) and the rope analysis (which reads the planes).
+
 A rotary position embedding (RoPE) turns pairs of head dimensions ("planes") by an angle
 proportional to the token position: plane i turns by ``position * inv_freq[i]`` radians.  This
 module computes ``inv_freq`` (radians per token, float64) from a model's rope parameters for the
@@ -26,6 +29,29 @@ import numpy as np
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 LAYOUTS = ("half", "interleaved")
 BANDS = ("high", "mid", "low", "unrotated")
+
+#: model types (config.json ``model_type``) whose RoPE turns adjacent dims (2i, 2i+1) together;
+#: every other RoPE architecture turns (i, i + d_rot/2).  Found by pushing basis vectors through
+#: each architecture's own ``apply_rotary_pos_emb`` in transformers (a capture records the layout
+#: it measures on the model itself; this table serves datasets without that record, and a test
+#: re-measures it when transformers is installed).
+INTERLEAVED_MODEL_TYPES = frozenset(
+    {
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "glm",
+        "glm4",
+        "helium",
+    }
+)
+
+
+def layout_of_model_type(model_type: str | None) -> str:
+    """``interleaved`` for a model type in :data:`INTERLEAVED_MODEL_TYPES`, else ``half``."""
+    return "interleaved" if str(model_type or "") in INTERLEAVED_MODEL_TYPES else "half"
 
 
 class RopeParameterError(ValueError):
@@ -364,6 +390,13 @@ def parameters_from_config(
     if not isinstance(raw, Mapping) or not raw:
         raw = dict(cfg.get("rope_scaling") or {})
     return {"all": _one(raw, cfg, int(head_dim), where)}
+
+
+def layout_from_config(config: Mapping[str, Any]) -> str:
+    """The RoPE layout of a config's architecture (its ``model_type``, the text model's in a
+    multimodal config): :func:`layout_of_model_type`."""
+    text = _text_config(config)
+    return layout_of_model_type(text.get("model_type") or config.get("model_type"))
 
 
 def layer_types_from_config(config: Mapping[str, Any]) -> list[str] | None:
