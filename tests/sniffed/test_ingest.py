@@ -504,3 +504,40 @@ def test_remove_keeps_reference_seed_tables(db: Path):
     con = store.connect(db, read_only=True)
     assert con.execute("SELECT count(*) FROM model_registry").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM model_summary").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("column", ["position", "example_id", "bucket"])
+def test_a_null_in_an_integer_column_is_one_clear_line(db: Path, sample_copy: Path, column: str):
+    """The refusal comes alone: no numpy RuntimeWarning (and its source line) before it."""
+    f = sample_copy / "l02h00q" / "data.parquet"
+    t = _read(f)
+    values = t.column(column).to_pylist()
+    values[3] = None
+    t = t.set_column(
+        t.schema.get_field_index(column), column, pa.array(values, t.schema.field(column).type)
+    )
+    _rewrite(f, t)
+    line = _bad(db, sample_copy)
+    assert "l02h00q/data.parquet" in line and f"column {column} has 1 null value(s)" in line
+    before = snapshot(db)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "default",
+            "-c",
+            "from qkwh.cli import app; app()",
+            "ingest",
+            str(sample_copy),
+            "-w",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and snapshot(db) == before
+    # nothing but the progress line and the error (however a console may wrap it)
+    assert run.stderr.count("error:") == 1 and run.stderr.startswith("reading "), run.stderr
+    assert "Warning" not in run.stderr and "astype" not in run.stderr, run.stderr
+    before_error = "".join(run.stderr.split("error:")[0].split())
+    assert before_error == "".join(f"reading 22 files under {sample_copy}".split()), run.stderr
