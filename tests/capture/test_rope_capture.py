@@ -317,6 +317,31 @@ def test_per_layer_type_frequencies_of_a_gemma3_model(docs, tmp_path):
         np.testing.assert_array_equal(freqs, buffers[f"{kind}_inv_freq"])
 
 
+def _rotary_module(model_type: str, **kw):
+    """The rotary embedding module of ``model_type``'s modeling code, built from a tiny config."""
+    import importlib
+
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    cfg = AutoConfig.for_model(
+        model_type,
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=16,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, **kw},
+        **kw,
+    )
+    name = model_type_to_module_name(model_type)
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    (rotary_cls,) = [
+        v
+        for k, v in vars(module).items()
+        if k.endswith("RotaryEmbedding") and getattr(v, "__module__", "") == module.__name__
+    ]
+    return rotary_cls(cfg)
+
+
 @pytest.mark.parametrize(
     ("model_type", "kw", "want", "rotated"),
     [
@@ -332,33 +357,22 @@ def test_the_layout_is_measured_on_the_architectures_own_rope(model_type, kw, wa
     """Cohere's and GLM's ``rotate_half`` turn adjacent dims: the probe finds ``interleaved``
     for them (only the first ``rotated`` dims turn under partial rotary), ``half`` for Llama and
     Phi, and the table that serves datasets without a capture record agrees."""
-    import sys
-
-    from transformers import AutoConfig
-
     from qkwh.capture.model import _rope_layout, rope_pairs
 
-    cfg = AutoConfig.for_model(
-        model_type,
-        hidden_size=64,
-        num_attention_heads=4,
-        head_dim=16,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, **kw},
-        **kw,
-    )
-    module = (
-        sys.modules[f"transformers.models.{model_type}.modeling_{model_type}"]
-        if (f"transformers.models.{model_type}.modeling_{model_type}" in sys.modules)
-        else __import__(f"transformers.models.{model_type}.modeling_{model_type}", fromlist=["_"])
-    )
-    (rotary_cls,) = [
-        v
-        for k, v in vars(module).items()
-        if k.endswith("RotaryEmbedding") and getattr(v, "__module__", "") == module.__name__
-    ]
-    rotary = rotary_cls(cfg)
+    rotary = _rotary_module(model_type, **kw)
     partner = rope_pairs(rotary, 16)
     assert [p is not None for p in partner] == [True] * rotated + [False] * (16 - rotated)
     assert _rope_layout(rotary, 16) == want
     assert RF.layout_of_model_type(model_type) == want
     assert RF.layout_from_config({"model_type": model_type}) == want
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    sorted(RF.INTERLEAVED_MODEL_TYPES) + ["llama", "mistral", "qwen2", "qwen3", "gemma", "smollm3"],
+)
+def test_the_model_type_table_agrees_with_the_measured_layout(model_type):
+    """Every model type of the table is measured interleaved, and common others half."""
+    from qkwh.capture.model import _rope_layout
+
+    assert _rope_layout(_rotary_module(model_type), 16) == RF.layout_of_model_type(model_type)
