@@ -165,8 +165,11 @@ def _from_capture(value: Any, where: str, layers, nope: set[int], head_dim: int)
                 f"{where}[{kind!r}]: {f.size} frequencies do not fit head_dim {head_dim} "
                 "(or are not finite and positive)"
             )
-    return ResolvedRope(
-        "capture", where, layout, _layers_of(layers, nope, layer_types, by_type, where)
+    return ResolvedRope(  # the info finding names the key, as it always has
+        "capture",
+        "metadata rope_frequencies",
+        layout,
+        _layers_of(layers, nope, layer_types, by_type, where),
     )
 
 
