@@ -4,6 +4,8 @@ non-zero exit code; anything else is a bug and keeps its traceback."""
 from __future__ import annotations
 
 import difflib
+import errno
+import re
 from collections.abc import Iterable
 
 
@@ -66,6 +68,32 @@ class NotFoundError(QkwhError):
 class MissingFilesError(NotFoundError):
     """A model's cataloged parquet files are gone (moved or deleted): the message names the model,
     a missing file and the fix (re-ingest from the new place, or ``qkwh remove``)."""
+
+
+class WriteFailedError(QkwhError):
+    """A file could not be written (disk full, file size limit, read-only file system): the
+    message names the file and the reason, and says what was kept (exit 1)."""
+
+
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+_DUCKDB_WRITE = re.compile(
+    r'[Cc]ould not (?:write|truncate|sync|fsync|extend)[^"]*"(?P<file>[^"]+)"\s*:?\s*(?P<why>[^\n]*)'
+)
+_WRITE_WORDS = ("No space left", "File too large", "Read-only file system", "quota exceeded")
+
+
+def write_failure(exc: BaseException) -> tuple[str | None, str] | None:
+    """(file or None, reason) when ``exc`` is a failed write -- an OSError of a full disk, a file
+    size limit, a quota or a read-only file system, or DuckDB's "Could not write file ..." --
+    else None."""
+    if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+        return exc.filename, exc.strerror or str(exc)
+    text = str(exc)
+    m = _DUCKDB_WRITE.search(text)
+    if m:
+        return m.group("file"), m.group("why").strip() or "write failed"
+    word = next((w for w in _WRITE_WORDS if w.lower() in text.lower()), None)
+    return (None, word) if word else None
 
 
 class Interrupted(QkwhError):

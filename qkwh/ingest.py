@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 
 from qkwh import rope_sources, store
-from qkwh.errors import InputError, QkwhError
+from qkwh.errors import InputError, QkwhError, WriteFailedError, write_failure
 from qkwh.ids import case_collision, check_model_id
 from qkwh.models_csv import ModelEntry, load_registry, match
 from qkwh.sniffed.layout import Layout, scan
@@ -351,6 +351,57 @@ def ingest(
         layout = scan(root)
         meta = read_metadata(layout.root)  # type: ignore[arg-type]  # a local layout's root is a Path
         read_all = scan_files
+    wh = store.resolve_warehouse(warehouse)
+    existed = wh.exists()
+    try:
+        return _ingest_into(
+            warehouse,
+            source=source,
+            model_id=model_id,
+            remote=remote,
+            layout=layout,
+            meta=meta,
+            read_all=read_all,
+            origin=origin,
+            registry=registry,
+            family=family,
+            label=label,
+            dataset=dataset,
+            confirm=confirm,
+            say=say,
+        )
+    except (duckdb.Error, OSError) as exc:
+        failed = write_failure(exc)
+        if failed is None:
+            raise
+        where = failed[0] or str(wh)
+        if not existed:  # the warehouse this ingest began to create: nothing of it is kept
+            for part in (wh, wh.with_name(wh.name + ".wal")):
+                part.unlink(missing_ok=True)
+        raise WriteFailedError(
+            f"{where}: cannot write ({failed[1]}); nothing of {source} was ingested and the "
+            "warehouse is as it was"
+        ) from None
+
+
+def _ingest_into(
+    warehouse: str | Path | None,
+    *,
+    source: str,
+    model_id: str | None,
+    remote: bool,
+    layout: Layout,
+    meta: DatasetMetadata,
+    read_all: Callable[[Layout], list[FileStats]],
+    origin: dict,
+    registry: dict[str, ModelEntry],
+    family: str | None,
+    label: str | None,
+    dataset: str | None,
+    confirm: Callable[[str], None] | None,
+    say: Callable[[str], None],
+) -> IngestReport:
+    """The part of :func:`ingest` that opens and writes the warehouse (one transaction)."""
     con = store.connect(warehouse)  # fails fast when another process holds the warehouse
     try:
         if (

@@ -6,7 +6,7 @@ In this order of preference:
    metadata key ``rope_frequencies`` (per layer type, with attention scaling and layout);
 2. ``config``: the model's own ``config.json``, from the local model folder the capture read
    (metadata ``model_source``) or the Hugging Face cache (no network), through
-   :mod:`qkwh.analyses.rope_frequencies`;
+   :mod:`qkwh.rope_config`;
 3. ``rope_theta``: the saver state's (or registry's) ``rope_theta`` with the scaling the metadata
    records (``rope_scaling`` / ``rope_parameters``, an object or a JSON string), or alone when
    the rope type is ``default`` (or not recorded), over ``head_dim * partial_rotary_factor`` dims
@@ -21,6 +21,7 @@ resolved planes are rows of the catalog table ``rope_frequencies`` (docs/tables.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from qkwh.analyses import rope_frequencies as RF
+from qkwh import rope_config as RF
 from qkwh.sniffed.metadata import DatasetMetadata
 from qkwh.sniffed.validate import Finding
 
@@ -103,6 +104,11 @@ class _Missing(Exception):
     """This source cannot give the frequencies; the message says why (the missing field)."""
 
 
+class _Unusable(_Missing):
+    """This source is present but unusable (a malformed record, a config that does not fit the
+    files): skipping it is a warning even when a later source resolves the frequencies."""
+
+
 def _layers_of(
     layers: Iterable[int],
     nope: set[int],
@@ -130,34 +136,40 @@ def _layers_of(
     return out
 
 
-def _from_capture(value: Any, layers, nope: set[int], head_dim: int) -> ResolvedRope:
+def _from_capture(value: Any, where: str, layers, nope: set[int], head_dim: int) -> ResolvedRope:
     try:
         record = json.loads(value) if isinstance(value, str) else value
-        by_type = {
-            str(k): (
-                np.asarray(v["inv_freq"], dtype=np.float64),
-                float(v.get("attention_scaling", 1.0)),
-            )
-            for k, v in record["by_type"].items()
-        }
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _Missing(
-            f"metadata rope_frequencies is not a capture record ({type(exc).__name__}: {exc})"
-        ) from None
+        if not isinstance(record, dict) or not isinstance(record.get("by_type"), dict):
+            raise TypeError("no by_type object")
+        by_type = {}
+        for k, v in record["by_type"].items():
+            freqs = np.asarray(v["inv_freq"], dtype=np.float64)
+            scaling = float(v.get("attention_scaling", 1.0))
+            if freqs.ndim != 1 or not 0 < scaling < np.inf:
+                raise ValueError(f"by_type[{k!r}] is not one vector with a positive scaling")
+            by_type[str(k)] = (freqs, scaling)
+        layer_types = record.get("layer_types")
+        if layer_types is not None and not (
+            isinstance(layer_types, list) and all(isinstance(t, str) for t in layer_types)
+        ):
+            raise TypeError("layer_types is not a list of names")
+        nope = nope | {int(x) for x in record.get("nope_layers") or []}
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        raise _Unusable(f"{where} is not a capture record ({type(exc).__name__}: {exc})") from None
     layout = record.get("layout")
     if layout not in RF.LAYOUTS:
-        raise _Missing("metadata rope_frequencies has no layout (half or interleaved)")
+        raise _Unusable(f"{where} has no layout (half or interleaved)")
     for kind, (f, _) in by_type.items():
         if 2 * f.size > head_dim or not np.all(np.isfinite(f) & (f > 0)):
-            raise _Missing(
-                f"metadata rope_frequencies[{kind!r}]: {f.size} frequencies do not fit head_dim {head_dim}"
+            raise _Unusable(
+                f"{where}[{kind!r}]: {f.size} frequencies do not fit head_dim {head_dim} "
+                "(or are not finite and positive)"
             )
-    nope = nope | {int(x) for x in record.get("nope_layers") or []}
-    return ResolvedRope(
+    return ResolvedRope(  # the info finding names the key, as it always has
         "capture",
         "metadata rope_frequencies",
         layout,
-        _layers_of(layers, nope, record.get("layer_types"), by_type, "metadata rope_frequencies"),
+        _layers_of(layers, nope, layer_types, by_type, where),
     )
 
 
@@ -168,15 +180,15 @@ def _from_config(
         params = RF.parameters_from_config(config, where=where)
         by_type = {kind: p.frequencies() for kind, p in params.items()}
     except RF.RopeParameterError as exc:
-        raise _Missing(str(exc)) from None
+        raise _Unusable(str(exc)) from None
     d = next(iter(params.values())).head_dim
     if d != head_dim:
-        raise _Missing(f"{where}: head_dim {d} differs from the files' vector length {head_dim}")
+        raise _Unusable(f"{where}: head_dim {d} differs from the files' vector length {head_dim}")
     nope = nope | set(RF.nope_layers_from_config(config))
     return ResolvedRope(
         "config",
         where,
-        "half",
+        RF.layout_from_config(config),
         _layers_of(layers, nope, RF.layer_types_from_config(config), by_type, where),
     )
 
@@ -185,9 +197,9 @@ def _read_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise _Missing(f"{path}: unreadable ({exc})") from None
+        raise _Unusable(f"{path}: unreadable ({exc})") from None
     if not isinstance(data, dict):
-        raise _Missing(f"{path}: not a JSON object")
+        raise _Unusable(f"{path}: not a JSON object")
     return data
 
 
@@ -196,10 +208,10 @@ def _cached_config(repo_id: str, revision: str | None) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        from qkwh.sniffed.hub import _default_cache_dir
+        from qkwh.sniffed.hub import default_cache_dir
 
         found = try_to_load_from_cache(
-            repo_id, "config.json", cache_dir=str(_default_cache_dir()), revision=revision or None
+            repo_id, "config.json", cache_dir=str(default_cache_dir()), revision=revision or None
         )
     except Exception:  # noqa: BLE001 - an invalid repo id or a broken cache: not cached
         return None
@@ -209,9 +221,9 @@ def _cached_config(repo_id: str, revision: str | None) -> Path | None:
 def _download_config(repo_id: str, revision: str | None) -> Path:
     from huggingface_hub import hf_hub_download
 
-    from qkwh.sniffed.hub import _default_cache_dir, _etag_timeout, _offline, endpoint
+    from qkwh.sniffed.hub import default_cache_dir, endpoint, etag_timeout, offline
 
-    if _offline():
+    if offline():
         raise _Missing(
             f"config.json of {repo_id} is not in the Hugging Face cache and HF_HUB_OFFLINE is set"
         )
@@ -222,8 +234,8 @@ def _download_config(repo_id: str, revision: str | None) -> Path:
                 "config.json",
                 revision=revision or None,
                 endpoint=endpoint(),
-                cache_dir=str(_default_cache_dir()),
-                etag_timeout=_etag_timeout(),
+                cache_dir=str(default_cache_dir()),
+                etag_timeout=etag_timeout(),
             )
         )
     except Exception as exc:  # noqa: BLE001 - any failure leaves the frequencies unresolved, never the ingest
@@ -244,12 +256,33 @@ def _metadata_mapping(meta: DatasetMetadata, key: str) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, dict) and value else None
 
 
-def _metadata_float(meta: DatasetMetadata, key: str) -> float | None:
-    try:
-        value = meta.metadata.get(key)
-        return float(value) if value is not None and value != "" else None
-    except (TypeError, ValueError):
+def _metadata_prf(meta: DatasetMetadata) -> float | None:
+    """The metadata's ``partial_rotary_factor`` (None when absent); a value that is not a number
+    in (0, 1] is refused naming the file, never read as 1."""
+    value = meta.metadata.get("partial_rotary_factor")
+    if value is None or value == "":
         return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise _Unusable(
+            f"{meta.where('partial_rotary_factor')} {value!r} is not a number in (0, 1]"
+        )
+    return number
+
+
+def _check_rows(resolved: ResolvedRope, head_dim: int) -> ResolvedRope:
+    """``resolved`` when every layer's planes can be laid out over ``head_dim`` dims."""
+    for layer, (freqs, scaling) in resolved.by_layer.items():
+        try:
+            RF.planes(head_dim, freqs, bucket_size=1, context_length=2, layout=resolved.layout)
+        except RF.RopeParameterError as exc:
+            raise _Unusable(f"{resolved.where}: layer {layer}: {exc}") from None
+        if not 0 < scaling < math.inf:
+            raise _Unusable(f"{resolved.where}: layer {layer}: attention scaling {scaling}")
+    return resolved
 
 
 def resolve(
@@ -264,16 +297,26 @@ def resolve(
     hf_revision: str | None = None,
     allow_download: bool = False,
 ) -> tuple[ResolvedRope | None, list[Finding]]:
-    """The frequencies of the captured ``layers`` in the order of preference of this module, and one
-    ``rope_frequencies`` finding: info with the source, or a warning naming what is missing."""
+    """The frequencies of the captured ``layers`` in the order of preference of this module, and
+    its ``rope_frequencies`` findings: info with the source, plus one warning per source that was
+    present but unusable and skipped (naming it and why); or one warning naming what is missing.
+    Never raises on malformed RoPE facts."""
     layers = sorted(set(layers))
-    nope = {int(x) for x in str(nope_layers or "").replace(",", ";").split(";") if x.strip()}
     tried: list[str] = []
+    skipped: list[str] = []
+    try:
+        nope = {int(x) for x in str(nope_layers or "").replace(",", ";").split(";") if x.strip()}
+    except ValueError:
+        reason = f"nope_layers {nope_layers!r} of the registry is not a list of layers"
+        skipped.append(reason)
+        tried.append(reason)
+        nope = set()
 
     attempts: list[tuple[str, Callable[[], ResolvedRope]]] = []
     recorded = meta.metadata.get("rope_frequencies")
     if recorded not in (None, ""):
-        attempts.append(("capture", lambda: _from_capture(recorded, layers, nope, head_dim)))
+        where = meta.where("rope_frequencies")
+        attempts.append(("capture", lambda: _from_capture(recorded, where, layers, nope, head_dim)))
     source = meta.get_str("model_source")
     folder = Path(source).expanduser() if source else None
     if folder is not None and (folder / "config.json").is_file():
@@ -303,7 +346,16 @@ def resolve(
 
     def from_theta() -> ResolvedRope:
         if rope_theta is None:
+            if meta.metadata.get("rope_theta") not in (None, ""):
+                raise _Unusable(
+                    f"{meta.where('rope_theta')} {meta.metadata['rope_theta']!r} is not a number"
+                )
             raise _Missing("no rope_theta in the metadata or the registry")
+        if not 0 < rope_theta < math.inf:
+            raise _Unusable(
+                f"{meta.where('rope_theta')} {rope_theta!r} is not a finite positive number"
+            )
+        prf = _metadata_prf(meta)
         scaling = _metadata_mapping(meta, "rope_parameters") or _metadata_mapping(
             meta, "rope_scaling"
         )
@@ -313,8 +365,8 @@ def resolve(
                 "rope_theta": rope_theta,
                 "rope_scaling": scaling,
                 "max_position_embeddings": meta.get_int("max_position_embeddings"),
+                "model_type": meta.get_str("model_type"),
             }
-            prf = _metadata_float(meta, "partial_rotary_factor")
             if prf is not None:
                 cfg["partial_rotary_factor"] = prf
             resolved = _from_config(cfg, "metadata rope_scaling", layers, nope, head_dim)
@@ -325,15 +377,14 @@ def resolve(
                 f"rope_type {rope_type!r} needs its scaling parameters (factor, ...), which the "
                 "metadata does not record"
             )
-        prf = _metadata_float(meta, "partial_rotary_factor") or 1.0
         try:
-            freqs = RF.default_inv_freq(rope_theta, RF.rotary_dim(head_dim, prf))
+            freqs = RF.default_inv_freq(rope_theta, RF.rotary_dim(head_dim, prf or 1.0))
         except RF.RopeParameterError as exc:
-            raise _Missing(str(exc)) from None
+            raise _Unusable(str(exc)) from None
         return ResolvedRope(
             "rope_theta",
             f"rope_theta {rope_theta:g}, default type",
-            "half",
+            RF.layout_of_model_type(meta.get_str("model_type")),
             _layers_of(layers, nope, None, {"all": (freqs, 1.0)}, "rope_theta"),
         )
 
@@ -351,13 +402,33 @@ def resolve(
                 ),
             )
         )
-    for _name, attempt in attempts:
+    for name, attempt in attempts:
         try:
-            resolved = attempt()
+            resolved = _check_rows(attempt(), head_dim)
+        except _Unusable as exc:
+            tried.append(str(exc))
+            skipped.append(f"{name}: {exc}")
+            continue
         except _Missing as exc:
             tried.append(str(exc))
             continue
-        return resolved, [Finding("info", None, CHECK, resolved.summary())]
+        except (RF.RopeParameterError, ValueError, TypeError, KeyError, ArithmeticError) as exc:
+            reason = f"{name}: unusable RoPE facts ({type(exc).__name__}: {exc})"
+            tried.append(reason)
+            skipped.append(reason)
+            continue
+        findings = [Finding("info", None, CHECK, resolved.summary())]
+        findings += [
+            Finding(
+                "warning",
+                None,
+                CHECK,
+                f"RoPE source skipped, present but unusable ({why}); the frequencies come from "
+                f"{resolved.source} instead",
+            )
+            for why in skipped
+        ]
+        return resolved, findings
     why = "; ".join(tried)
     return None, [
         Finding(

@@ -21,6 +21,7 @@ from qkwh.analyses.registry import Table
 from qkwh.columns import as_arrow
 from qkwh.errors import NotAWarehouseError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
+from qkwh.sniffed.globs import escape_glob
 
 log = logging.getLogger("qkwh.store")
 
@@ -473,7 +474,7 @@ def rebuild_vectors_view(
                 ).fetchall()
             ]
             body = load_sql("vectors_model").format(
-                paths="[" + ", ".join(quote_literal(p) for p in paths) + "]",
+                paths="[" + ", ".join(quote_literal(escape_glob(p)) for p in paths) + "]",
                 model_id=quote_literal(model_id),
                 vector_type=vtype,
             )

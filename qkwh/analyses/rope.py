@@ -36,9 +36,9 @@ from qkwh.analyses import plasticity
 from qkwh.analyses.declared.plasticity import PlasticityParams
 from qkwh.analyses.declared.rope import RopeParams
 from qkwh.analyses.moments import QueryMoments, query_moments
-from qkwh.analyses.rope_frequencies import BANDS, band_of, plane_dims
-from qkwh.analyses.rope_frequencies import planes as frequency_planes
 from qkwh.analyses.types import AnalysisResult, HeadData, RopePlanes
+from qkwh.rope_config import BANDS, band_of, plane_dims
+from qkwh.rope_config import planes as frequency_planes
 
 PLANES, BAND_PLASTICITY, BAND_LOGITS = "rope_planes", "rope_band_plasticity", "rope_band_logits"
 #: (query, key) cells of one block of the pair sums (bounds the temporaries: 8 bytes each)

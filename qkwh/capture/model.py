@@ -173,22 +173,22 @@ def describe(lm: Any, *, name: str, source: str, kind: str, dtype: str) -> Model
         rope_theta=theta,
         rope_type=rope_type,
         dtype=dtype,
-        rope_frequencies=rope_record(lm, cfg),
+        rope_frequencies=rope_record(lm, cfg, int(head_dim)),
     )
 
 
-def rope_record(lm: Any, cfg: Any) -> dict[str, Any] | None:
+def rope_record(lm: Any, cfg: Any, head_dim: int) -> dict[str, Any] | None:
     """What the model's rotary modules use, read from the modules themselves (None without any):
 
     ``by_type``: {layer type: {"inv_freq": [radians per token, plane 0 first],
     "attention_scaling": float}}; layer type ``all`` when one module serves every layer, else
     the model's layer types (``full_attention``, ``sliding_attention``, ...).
     ``layer_types``: the attention type of each layer (None when ``all``); ``nope_layers``: layers
-    without RoPE; ``partial_rotary_factor``; ``layout``: ``half`` (rotate_half) or
-    ``interleaved`` when the architecture's code says which, else None.
+    without RoPE; ``partial_rotary_factor``; ``layout``: ``half`` or ``interleaved``, found by
+    pushing basis vectors through the architecture's own RoPE (:func:`rope_pairs`), else None.
     Read by :mod:`qkwh.rope_sources` at ingest (docs/metrics/rope.md).
     """
-    from qkwh.analyses.rope_frequencies import nope_layers_from_config
+    from qkwh.rope_config import nope_layers_from_config
 
     by_type: dict[str, dict[str, Any]] = {}
     module_of_rope = None
@@ -224,21 +224,93 @@ def rope_record(lm: Any, cfg: Any) -> dict[str, Any] | None:
         else None,
         "nope_layers": nope_layers_from_config(cfg.to_dict()) if hasattr(cfg, "to_dict") else [],
         "partial_rotary_factor": float(prf) if prf is not None else 1.0,
-        "layout": _rope_layout(module_of_rope),
+        "layout": _rope_layout(
+            module_of_rope, head_dim, None if "all" in by_type else next(iter(by_type))
+        ),
     }
 
 
-def _rope_layout(rotary_module: Any) -> str | None:
-    """``half`` when the architecture's apply_rotary_pos_emb rotates halves (rotate_half),
-    ``interleaved`` when it rotates adjacent pairs, None when its code says neither."""
-    fn = getattr(sys.modules.get(type(rotary_module).__module__), "apply_rotary_pos_emb", None)
+def _rope_layout(rotary_module: Any, head_dim: int, layer_type: str | None = None) -> str | None:
+    """``half`` or ``interleaved``: which dims the architecture's RoPE turns together, found by
+    behaviour, or None when the probe cannot run.
+
+    The head's basis vectors go through the architecture's own ``apply_rotary_pos_emb`` (of the
+    rotary module's modeling module) with the cos/sin the model's own rotary module gives at
+    position 1; a rotated dim ``j`` maps onto ``e_j`` and its partner.  Partners ``(i, i + r/2)``
+    are ``half``, ``(2i, 2i + 1)`` ``interleaved`` (``r`` = the rotated width: only the first
+    ``r`` dims turn under partial rotary; the rest must stay put).  The name of a helper function
+    says nothing: Cohere's and GLM's ``rotate_half`` rotate adjacent pairs.
+    """
     try:
-        code = inspect.getsource(fn) if fn is not None else ""
-    except (OSError, TypeError):
+        pairs = rope_pairs(rotary_module, head_dim, layer_type)
+    except Exception:  # noqa: BLE001 - an architecture the probe cannot drive: layout unknown
         return None
-    if "rotate_half(" in code:
+    return layout_of_pairs(pairs, head_dim)
+
+
+def rope_pairs(
+    rotary_module: Any, head_dim: int, layer_type: str | None = None
+) -> list[int | None]:
+    """partner[j] of each dim j of a head under the architecture's own RoPE (None: unrotated).
+
+    Raises when the modeling module has no ``apply_rotary_pos_emb`` or the probe does not fit it.
+    """
+    import torch
+
+    fn = getattr(sys.modules.get(type(rotary_module).__module__), "apply_rotary_pos_emb", None)
+    if fn is None:
+        raise LookupError("no apply_rotary_pos_emb beside the rotary module")
+    kwargs = {}
+    if (
+        layer_type is not None
+        and "layer_type" in inspect.signature(rotary_module.forward).parameters
+    ):
+        kwargs["layer_type"] = layer_type
+    with torch.no_grad():
+        x = torch.zeros(1, 1, 1, head_dim, dtype=torch.float32)
+        position = torch.ones(1, 1, dtype=torch.long)  # broadcast over the basis vectors
+        cos, sin = rotary_module(x, position, **kwargs)
+        cos, sin = cos.to(torch.float64), sin.to(torch.float64)
+        failure: Exception | None = None
+        # the whole head (the function splits off the unrotated dims itself), else the width
+        # the cos covers (architectures that split before calling it: Phi, StableLM)
+        for width in dict.fromkeys((head_dim, int(cos.shape[-1]))):
+            basis = torch.eye(width, dtype=torch.float64).reshape(1, 1, width, width)
+            try:
+                q, _k = fn(basis, basis.clone(), cos, sin)
+            except (RuntimeError, ValueError, IndexError, TypeError) as exc:
+                failure = exc
+                continue
+            image = q.reshape(width, width).to(torch.float64).numpy()
+            break
+        else:
+            raise failure or RuntimeError("no probe width fits")
+    partner: list[int | None] = []
+    for j in range(head_dim):
+        if j >= image.shape[0]:
+            partner.append(None)
+            continue
+        off = [k for k in range(image.shape[1]) if k != j and abs(image[j, k]) > 0]
+        if len(off) > 1:
+            raise ValueError(f"dim {j} turns with {len(off)} dims, not one")
+        partner.append(off[0] if off else None)
+    return partner
+
+
+def layout_of_pairs(partner: list[int | None], head_dim: int) -> str | None:
+    """``half`` / ``interleaved`` from each dim's partner (None: unrotated), or None when the
+    pairs are neither (or the rotated dims are not the first ones)."""
+    rotated = [j for j, p in enumerate(partner) if p is not None]
+    r = len(rotated)
+    if (
+        not r
+        or rotated != list(range(r))
+        or any(partner[p] != j for j, p in enumerate(partner) if p is not None)
+    ):
+        return None
+    if all(partner[i] == i + r // 2 for i in range(r // 2)):
         return "half"
-    if "rotate_every_two(" in code or "interleave" in code:
+    if all(partner[2 * i] == 2 * i + 1 for i in range(r // 2)):
         return "interleaved"
     return None
 

@@ -27,6 +27,7 @@ def _package_code() -> tuple[Path, ...]:
     return (
         root / "params.py",
         *sorted((root / "analyses").rglob("*.py")),
+        root / "rope_config.py",  # the rope analysis's planes and bands
         root / "compute" / "work.py",
     )
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from qkwh.errors import MissingFilesError
 from qkwh.reports.base import Marts, NoData, head_label
+from qkwh.sniffed.globs import escape_glob
 from qkwh.store import missing_files_message
 
 _SET_COLUMN = {"pca_axes": "config_id_pca", "rotation_axes": "config_id_rotation"}
@@ -123,7 +124,7 @@ def head_rows(
         _missing_files(marts, model_id)
     tbl = marts.con.sql(
         "SELECT position, vector FROM read_parquet(?) ORDER BY example_id, position",
-        params=[found[0][0]],
+        params=[escape_glob(found[0][0])],  # the cataloged file, never a pattern
     ).to_arrow_table()
     pos = tbl.column("position").to_numpy().astype(np.int64)
     vec = tbl.column("vector").combine_chunks()

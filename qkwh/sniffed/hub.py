@@ -212,7 +212,7 @@ def hub_error(source: HubSource) -> Iterator[None]:
         ) from error
 
 
-def _default_cache_dir() -> Path:
+def default_cache_dir() -> Path:
     """The HF hub cache, resolved from the environment now (same precedence as huggingface_hub)."""
     env = os.environ
     if env.get("HF_HUB_CACHE"):
@@ -228,7 +228,8 @@ def _default_cache_dir() -> Path:
     return Path(os.path.expandvars(os.path.expanduser(raw)))
 
 
-def _offline() -> bool:
+def offline() -> bool:
+    """Whether Hugging Face offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, read now)."""
     import huggingface_hub.constants as hf_constants
 
     env = os.environ
@@ -237,7 +238,8 @@ def _offline() -> bool:
     return bool(hf_constants.HF_HUB_OFFLINE)
 
 
-def _etag_timeout() -> float:
+def etag_timeout() -> float:
+    """Seconds to wait for the Hub's answer about a file (HF_HUB_ETAG_TIMEOUT, default 10)."""
     try:
         value = float(os.environ.get("HF_HUB_ETAG_TIMEOUT", ""))
     except ValueError:
@@ -314,9 +316,9 @@ def download(
     from huggingface_hub import errors as hf_errors
 
     url = endpoint()
-    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache = cache.expanduser().resolve()
-    offline = _offline()
+    is_offline = offline()
     where = f"{source.repo_type} {source.repo_id}"
     incomplete_snapshot = getattr(hf_errors, "IncompleteSnapshotError", None)
 
@@ -327,7 +329,7 @@ def download(
         cache_dir=str(cache),
         allow_patterns=list(allow_patterns),
         endpoint=url,
-        etag_timeout=_etag_timeout(),
+        etag_timeout=etag_timeout(),
         tqdm_class=None if progress else _quiet_tqdm_class(),
     )
 
@@ -354,7 +356,7 @@ def download(
                 + f" ({_reason(cause)})"
             ) from cause
 
-    if offline:
+    if is_offline:
         folder = from_cache_only(None)
     else:
         try:

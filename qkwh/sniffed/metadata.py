@@ -19,6 +19,12 @@ class DatasetMetadata:
     metadata: dict[str, Any] = field(default_factory=dict)  # flat model_metadata
     bucket_counts: dict[int, int] = field(default_factory=dict)
     sources: tuple[str, ...] = ()  # which files were read
+    origins: dict[str, str] = field(default_factory=dict)  # key -> the file its value came from
+
+    def where(self, key: str) -> str:
+        """``FILE key``: where a metadata value was read (for messages)."""
+        origin = self.origins.get(key)
+        return f"{origin} {key}" if origin else f"metadata {key}"
 
     def get_int(self, *keys: str) -> int | None:
         for key in keys:
@@ -71,6 +77,7 @@ def metadata_from_texts(
 ) -> DatasetMetadata:
     """:func:`read_metadata` from the texts of the card and the saver state, as (name, text)."""
     meta: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     model_name = None
     buckets: dict[int, int] = {}
     sources: list[str] = []
@@ -78,6 +85,7 @@ def metadata_from_texts(
         card_meta = parse_card(card[1])
         if card_meta:
             meta.update(card_meta)
+            origins.update(dict.fromkeys(card_meta, card[0]))
             model_name = card_meta.get("model")
             sources.append(card[0])
     if state is not None:
@@ -92,6 +100,7 @@ def metadata_from_texts(
         if not isinstance(mm, dict):
             raise InputError(f"{name}: model_metadata is not an object")
         meta.update(mm)
+        origins.update(dict.fromkeys(mm, name))
         model_name = data.get("model_name") or model_name
         for k, v in (data.get("bucket_counts") or {}).items():
             try:
@@ -101,7 +110,7 @@ def metadata_from_texts(
                     f"{name}: bucket_counts has a non-integer entry {k!r}: {v!r}"
                 ) from None
         sources.append(name)
-    return DatasetMetadata(model_name, meta, buckets, tuple(sources))
+    return DatasetMetadata(model_name, meta, buckets, tuple(sources), origins)
 
 
 def parse_card(text: str) -> dict[str, str]:

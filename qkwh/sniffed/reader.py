@@ -131,13 +131,13 @@ def read_file(
         raise InputError(
             f"{path}: cannot decode parquet data ({_first_line(exc)}); the file may be truncated"
         ) from None
+    for c in INT_COLUMNS:  # before any conversion: a null would become NaN, then a warning
+        if table.column(c).null_count:
+            raise InputError(f"{path}: column {c} has {table.column(c).null_count} null value(s)")
     ints = {
         c: table.column(c).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         for c in INT_COLUMNS
     }
-    for c in ints:
-        if table.column(c).null_count:
-            raise InputError(f"{path}: column {c} has {table.column(c).null_count} null value(s)")
     vectors = np.empty((table.num_rows, 0), dtype=np.float32)
     if with_vectors:
         vectors = vectors_to_numpy(path, table.column("vector"))

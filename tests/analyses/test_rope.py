@@ -20,11 +20,11 @@ from qkwh import synth
 from qkwh.analyses import plasticity, rope
 from qkwh.analyses.declared.plasticity import PlasticityParams
 from qkwh.analyses.declared.rope import RopeParams
-from qkwh.analyses.rope_frequencies import default_inv_freq
 from qkwh.analyses.types import HeadData
 from qkwh.cli import app
 from qkwh.compute.work import run_analyses
 from qkwh.params import RunConfig
+from qkwh.rope_config import default_inv_freq
 
 M, L = 64, 1024  # bucket size and context of the small synthetic heads
 

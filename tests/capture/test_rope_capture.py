@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from capture_helpers import _randomise, make_tokenizer, need_capture_extra
 
+from qkwh import rope_config as RF
 from qkwh import store
-from qkwh.analyses import rope_frequencies as RF
 from qkwh.capture.run import CaptureSettings, capture
 from qkwh.ingest import ingest
 from qkwh.sniffed.metadata import read_metadata
@@ -80,6 +80,27 @@ def _build(kind: str, folder: Path) -> Path:
             },
         )
         model = T.PhiForCausalLM(cfg)
+    elif kind == "cohere":  # Cohere: adjacent dims turn together (its rotate_half interleaves)
+        cfg = T.CohereConfig(
+            vocab_size=vocab,
+            **COMMON,
+            pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+        model = T.CohereForCausalLM(cfg)
+    elif kind == "glm":  # GLM: interleaved, and only the first half of each head rotates
+        cfg = T.GlmConfig(
+            vocab_size=vocab,
+            head_dim=16,
+            **COMMON,
+            pad_token_id=0,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+            },
+        )
+        model = T.GlmForCausalLM(cfg)
     elif kind == "nope":  # SmolLM3: layer 1 without RoPE
         cfg = T.SmolLM3Config(
             vocab_size=vocab,
@@ -117,7 +138,10 @@ def docs(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["llama3", "yarn", "partial", "nope"])
+LAYOUT = {"cohere": "interleaved", "glm": "interleaved"}  # every other kind: half
+
+
+@pytest.mark.parametrize("kind", ["llama3", "yarn", "partial", "nope", "cohere", "glm"])
 def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs, tmp_path):
     folder = _build(kind, tmp_path / f"tiny-{kind}")
     out, db = tmp_path / f"cap-{kind}", tmp_path / "wh.duckdb"
@@ -135,7 +159,8 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
     )
     want = _model_inv_freq(folder)
     record = json.loads(read_metadata(out).metadata["rope_frequencies"])
-    assert list(record["by_type"]) == ["all"] and record["layout"] == "half"
+    layout = LAYOUT.get(kind, "half")
+    assert list(record["by_type"]) == ["all"] and record["layout"] == layout
     got = np.asarray(record["by_type"]["all"]["inv_freq"])
     np.testing.assert_array_equal(got, want)  # exactly the model's vector (float32 values)
     assert record["nope_layers"] == ([1] if kind == "nope" else [])
@@ -144,7 +169,7 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
     mine, scaling = params.frequencies()
     np.testing.assert_allclose(mine, want, rtol=2e-6, atol=0)
     assert record["by_type"]["all"]["attention_scaling"] == pytest.approx(scaling, rel=1e-6)
-    if kind == "partial":
+    if kind in ("partial", "glm"):
         assert record["partial_rotary_factor"] == 0.5 and got.size == 4  # 16 dims x 0.5 / 2
 
     ingest(str(out), warehouse=db, model_id=f"tiny-{kind}")
@@ -174,7 +199,48 @@ def test_capture_records_the_models_own_inv_freq_and_ingest_stores_it(kind, docs
         assert len(planes) == 16 - want.size  # d_rot/2 rotated planes + (d - d_rot) unrotated dims
         rotated = [r for r in planes if r[3] is not None]
         np.testing.assert_array_equal([r[4] for r in rotated], want)
-        assert [(r[2], r[3]) for r in rotated] == [(i, i + want.size) for i in range(want.size)]
+        pairs = [(r[2], r[3]) for r in rotated]
+        if layout == "half":
+            assert pairs == [(i, i + want.size) for i in range(want.size)]
+        else:
+            assert pairs == [(2 * i, 2 * i + 1) for i in range(want.size)]
+        # the stored planes are the ones the model turns: rotate a query by the model's own
+        # RoPE at position p and each stored plane (a, b) holds the 2-D rotation p * inv_freq
+        _assert_planes_turn_as_the_model_does(
+            folder, rotated, record["by_type"]["all"]["attention_scaling"]
+        )
+
+
+def _assert_planes_turn_as_the_model_does(
+    folder: Path, rotated: list[tuple], scaling: float
+) -> None:
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(folder)
+    rot = next(m for n, m in lm.named_modules() if n.endswith("rotary_emb"))
+    apply = sys.modules[type(rot).__module__].apply_rotary_pos_emb
+    d, position = 16, 5
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 1, d, generator=g, dtype=torch.float64)
+    cos, sin = rot(q.float(), torch.full((1, 1), position))
+    try:
+        turned, _ = apply(q, q.clone(), cos.double(), sin.double())
+    except RuntimeError:  # Phi splits the unrotated dims off before calling it
+        width = int(cos.shape[-1])
+        turned, _ = apply(q[..., :width], q[..., :width].clone(), cos.double(), sin.double())
+        turned = torch.cat([turned, q[..., width:]], dim=-1)
+    before, after = q.reshape(d).numpy(), turned.reshape(d).numpy()
+    for _layer, _plane, a, b, f, *_ in rotated:
+        angle = position * f
+        c, s = np.cos(angle), np.sin(angle)
+        want = (c * before[a] - s * before[b], s * before[a] + c * before[b])
+        want = (scaling * want[0], scaling * want[1])  # yarn scales cos and sin
+        # the model's cos/sin are float32 (rounding ~1e-7 of values of order 1); a wrong
+        # pairing or frequency is off by order 1
+        np.testing.assert_allclose((after[a], after[b]), want, rtol=0, atol=1e-5)
 
 
 def test_per_layer_type_frequencies_of_a_gemma3_model(docs, tmp_path):
@@ -249,3 +315,64 @@ def test_per_layer_type_frequencies_of_a_gemma3_model(docs, tmp_path):
     for layer, freqs in rows:
         kind = record["layer_types"][layer]
         np.testing.assert_array_equal(freqs, buffers[f"{kind}_inv_freq"])
+
+
+def _rotary_module(model_type: str, **kw):
+    """The rotary embedding module of ``model_type``'s modeling code, built from a tiny config."""
+    import importlib
+
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    cfg = AutoConfig.for_model(
+        model_type,
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=16,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, **kw},
+        **kw,
+    )
+    name = model_type_to_module_name(model_type)
+    module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    (rotary_cls,) = [
+        v
+        for k, v in vars(module).items()
+        if k.endswith("RotaryEmbedding") and getattr(v, "__module__", "") == module.__name__
+    ]
+    return rotary_cls(cfg)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "kw", "want", "rotated"),
+    [
+        ("cohere", {}, "interleaved", 16),
+        ("glm", {"partial_rotary_factor": 0.5}, "interleaved", 8),
+        ("glm", {"partial_rotary_factor": 1.0}, "interleaved", 16),
+        ("glm4", {"partial_rotary_factor": 0.5}, "interleaved", 8),
+        ("llama", {}, "half", 16),
+        ("phi", {"partial_rotary_factor": 0.5}, "half", 8),
+    ],
+)
+def test_the_layout_is_measured_on_the_architectures_own_rope(model_type, kw, want, rotated):
+    """Cohere's and GLM's ``rotate_half`` turn adjacent dims: the probe finds ``interleaved``
+    for them (only the first ``rotated`` dims turn under partial rotary), ``half`` for Llama and
+    Phi, and the table that serves datasets without a capture record agrees."""
+    from qkwh.capture.model import _rope_layout, rope_pairs
+
+    rotary = _rotary_module(model_type, **kw)
+    partner = rope_pairs(rotary, 16)
+    assert [p is not None for p in partner] == [True] * rotated + [False] * (16 - rotated)
+    assert _rope_layout(rotary, 16) == want
+    assert RF.layout_of_model_type(model_type) == want
+    assert RF.layout_from_config({"model_type": model_type}) == want
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    sorted(RF.INTERLEAVED_MODEL_TYPES) + ["llama", "mistral", "qwen2", "qwen3", "gemma", "smollm3"],
+)
+def test_the_model_type_table_agrees_with_the_measured_layout(model_type):
+    """Every model type of the table is measured interleaved, and common others half."""
+    from qkwh.capture.model import _rope_layout
+
+    assert _rope_layout(_rotary_module(model_type), 16) == RF.layout_of_model_type(model_type)

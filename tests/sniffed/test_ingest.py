@@ -504,3 +504,77 @@ def test_remove_keeps_reference_seed_tables(db: Path):
     con = store.connect(db, read_only=True)
     assert con.execute("SELECT count(*) FROM model_registry").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM model_summary").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("column", ["position", "example_id", "bucket"])
+def test_a_null_in_an_integer_column_is_one_clear_line(db: Path, sample_copy: Path, column: str):
+    """The refusal comes alone: no numpy RuntimeWarning (and its source line) before it."""
+    f = sample_copy / "l02h00q" / "data.parquet"
+    t = _read(f)
+    values = t.column(column).to_pylist()
+    values[3] = None
+    t = t.set_column(
+        t.schema.get_field_index(column), column, pa.array(values, t.schema.field(column).type)
+    )
+    _rewrite(f, t)
+    line = _bad(db, sample_copy)
+    assert "l02h00q/data.parquet" in line and f"column {column} has 1 null value(s)" in line
+    before = snapshot(db)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "default",
+            "-c",
+            "from qkwh.cli import app; app()",
+            "ingest",
+            str(sample_copy),
+            "-w",
+            str(db),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and snapshot(db) == before
+    # nothing but the progress line and the error (however a console may wrap it)
+    assert run.stderr.count("error:") == 1 and run.stderr.startswith("reading "), run.stderr
+    assert "Warning" not in run.stderr and "astype" not in run.stderr, run.stderr
+    before_error = "".join(run.stderr.split("error:")[0].split())
+    assert before_error == "".join(f"reading 22 files under {sample_copy}".split()), run.stderr
+
+
+def _file_size_limit(limit: int):
+    """preexec_fn: writes beyond ``limit`` bytes fail with EFBIG (as a full disk fails them with
+    ENOSPC) instead of killing the process."""
+    import resource
+    import signal
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_a_write_that_fails_is_one_line_and_keeps_the_warehouse(
+    db: Path, sample_copy: Path, tmp_path: Path, fresh: bool
+):
+    """The warehouse's write-ahead log cannot grow past 20 kB (the ingest writes ~50 kB): one
+    error line naming the file and the reason, exit 1, the warehouse as it was (a warehouse the
+    ingest began to create is removed), and a rerun with room succeeds."""
+    target = tmp_path / "new.duckdb" if fresh else db
+    before = None if fresh else snapshot(db)
+    cmd = [sys.executable, "-c", "from qkwh.cli import app; app()", "ingest", str(sample_copy)]
+    cmd += ["-w", str(target), "--model-id", "other"]
+    run = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_file_size_limit(20_000))
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.count("error:") == 1, run.stderr
+    text = " ".join(run.stderr.split("error:")[1].split())  # however a console wraps it
+    assert f"{target}.wal: cannot write (File too large)" in " ".join(text.split()), run.stderr
+    if fresh:
+        assert not target.exists() and not Path(f"{target}.wal").exists()
+    else:
+        assert snapshot(db) == before
+    rerun = subprocess.run(cmd, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr

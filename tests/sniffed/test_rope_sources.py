@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hub_server import HubStandIn
 
+from qkwh import rope_config as RF
 from qkwh import store
-from qkwh.analyses import rope_frequencies as RF
 from qkwh.ingest import ingest
 from qkwh.rope_sources import resolve
 from qkwh.sniffed.metadata import DatasetMetadata
@@ -256,3 +257,174 @@ def test_scaling_recorded_in_the_metadata_is_used_with_rope_theta():
         resolved is None
         and "'original_max_position_embeddings', which is missing" in found[0].detail
     )
+
+
+def _findings(db: Path, model_id: str) -> list[tuple[str, str]]:
+    con = store.connect(db, read_only=True)
+    try:
+        return con.execute(
+            "SELECT severity, detail FROM ingest_findings WHERE model_id = ? "
+            "AND \"check\" = 'rope_frequencies' ORDER BY severity, detail",
+            [model_id],
+        ).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("state", "config", "says"),
+    [
+        ({"rope_theta": "inf"}, None, "_saver_state.json rope_theta inf is not a finite positive"),
+        ({"rope_theta": "abc"}, None, "_saver_state.json rope_theta 'abc' is not a number"),
+        (None, {"rope_scaling": {"rope_type": "linear", "factor": 0}}, "'factor' must be positive"),
+        (None, {"rope_theta": "abc"}, "rope_theta is not a number ('abc')"),
+        (None, {"rope_theta": [1e4]}, "rope_theta is not a number ([10000.0])"),
+        (None, {"rope_theta": float("inf")}, "rope_theta is not a finite number"),
+        (None, {"rope_scaling": [1, 2]}, "rope_scaling is not an object"),
+        (None, {"head_dim": [64]}, "head_dim is not a number"),
+        (
+            None,
+            {
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": "4",
+                    "original_max_position_embeddings": 2048,
+                }
+            },
+            "'factor' is not a number",
+        ),
+        (
+            {
+                "rope_frequencies": json.dumps(
+                    {
+                        "by_type": {"all": {"inv_freq": [1.0]}},
+                        "layout": "half",
+                        "nope_layers": ["x"],
+                    }
+                )
+            },
+            None,
+            "_saver_state.json rope_frequencies is not a capture record",
+        ),
+        ({"rope_frequencies": "[1, 2]"}, None, "rope_frequencies is not a capture record"),
+        (
+            {
+                "rope_frequencies": json.dumps(
+                    {"by_type": {"all": {"inv_freq": [[1.0]]}}, "layout": "half"}
+                )
+            },
+            None,
+            "rope_frequencies is not a capture record",
+        ),
+        (
+            {
+                "rope_frequencies": json.dumps(
+                    {
+                        "by_type": {"all": {"inv_freq": [1.0]}},
+                        "layout": "half",
+                        "layer_types": "full",
+                    }
+                )
+            },
+            None,
+            "layer_types is not a list of names",
+        ),
+    ],
+)
+def test_malformed_rope_facts_are_a_warning_not_a_crash(sample_copy, tmp_path, state, config, says):
+    """Malformed RoPE facts in the metadata, a config.json or a capture record: the ingest
+    succeeds and a warning finding names the source and the problem (no traceback)."""
+    if state:
+        _edit_state(sample_copy, **state)
+    if config is not None:
+        folder = tmp_path / "model"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**LLAMA3, **config}))
+        _edit_state(sample_copy, model_source=str(folder))
+    db = tmp_path / "wh.duckdb"
+    report = ingest(str(sample_copy), warehouse=db, model_id="odd")
+    assert report.status == "ingested"
+    found = _findings(db, "odd")
+    warnings = [d for s, d in found if s == "warning"]
+    assert any(says in d for d in warnings), found
+
+
+def test_an_unusable_source_is_named_when_a_later_one_wins(sample_copy, tmp_path):
+    """A config.json whose head_dim does not fit the files (it would have given a yarn scaling)
+    is skipped for the metadata's rope_theta, and a warning says so; so is a bad capture
+    record."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    yarn = {
+        "head_dim": 32,
+        "rope_theta": 1e5,
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 2048,
+        },
+    }
+    (folder / "config.json").write_text(json.dumps(yarn))
+    _edit_state(sample_copy, model_source=str(folder), rope_frequencies='{"layout": "half"}')
+    db = tmp_path / "wh.duckdb"
+    ingest(str(sample_copy), warehouse=db, model_id="odd")
+    found = _findings(db, "odd")
+    assert [s for s, _ in found] == ["info", "warning", "warning"], found
+    assert "from rope_theta" in found[0][1]
+    skipped = " | ".join(d for _, d in found[1:])
+    assert (
+        f"{folder / 'config.json'}: head_dim 32 differs from the files' vector length 64" in skipped
+    )
+    assert "_saver_state.json rope_frequencies is not a capture record" in skipped
+    assert skipped.count("the frequencies come from rope_theta instead") == 2
+
+
+@pytest.mark.parametrize("value", [0, "x", 1.5, -0.5, "nan"])
+def test_a_bad_partial_rotary_factor_is_refused_naming_the_file(sample_copy, tmp_path, value):
+    """partial_rotary_factor 0 or "x" in the metadata is never read as 1."""
+    _edit_state(sample_copy, partial_rotary_factor=value)
+    db = tmp_path / "wh.duckdb"
+    assert ingest(str(sample_copy), warehouse=db, model_id="odd").status == "ingested"
+    rows, _ = _rope(db)
+    assert rows == []
+    ((severity, detail),) = _findings(db, "odd")
+    assert severity == "warning"
+    assert f"_saver_state.json partial_rotary_factor {value!r} is not a number in (0, 1]" in detail
+    # a valid factor is used
+    _edit_state(sample_copy, partial_rotary_factor=0.5)
+    ingest(str(sample_copy), warehouse=db, model_id="odd")
+    assert "rotated width 32" in _findings(db, "odd")[0][1]
+
+
+def test_without_a_capture_record_the_layout_follows_the_model_type(tmp_path):
+    """A GLM config.json (no capture record): interleaved planes (0, 1), (2, 3), ...; a Llama
+    one: half."""
+    for model_type, layout, second in (("glm", "interleaved", 1), ("llama", "half", 16)):
+        folder = tmp_path / model_type
+        folder.mkdir()
+        (folder / "config.json").write_text(
+            json.dumps({"model_type": model_type, "head_dim": 32, "rope_theta": 1e4})
+        )
+        resolved, found = resolve(
+            meta=_meta(model_source=str(folder)),
+            layers=[0],
+            head_dim=32,
+            rope_theta=None,
+            rope_type=None,
+            nope_layers=None,
+            hf_model=None,
+        )
+        assert resolved.source == "config" and resolved.layout == layout, found
+        rows = resolved.rows("m", head_dim=32, bucket_size=8, context_length=64)
+        assert (rows["dim_a"][0], rows["dim_b"][0]) == (0, second)
+        # the metadata's model type serves the rope_theta source too
+        resolved, _ = resolve(
+            meta=_meta(model_type=model_type),
+            layers=[0],
+            head_dim=32,
+            rope_theta=1e4,
+            rope_type=None,
+            nope_layers=None,
+            hf_model=None,
+        )
+        assert resolved.source == "rope_theta" and resolved.layout == layout

@@ -1,4 +1,4 @@
-"""RoPE planes and frequencies (qkwh.analyses.rope_frequencies): each rope type against
+"""RoPE planes and frequencies (qkwh.rope_config): each rope type against
 transformers' own rope initialisation when it is installed, and against vectors stored from it
 (tests/data/rope_inv_freq.json) always; layouts, partial rotary, NoPE and bands."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qkwh.analyses import rope_frequencies as RF
+from qkwh import rope_config as RF
 
-STORED = Path(__file__).resolve().parents[1] / "data" / "rope_inv_freq.json"
+STORED = Path(__file__).resolve().parent / "data" / "rope_inv_freq.json"
 
 #: config.json-like dicts (transformers 5 spelling) of each rope type
 CASES: dict[str, dict] = {

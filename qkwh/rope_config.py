@@ -1,5 +1,8 @@
 """RoPE planes and frequencies of an attention head, from the model's own parameters (pure numpy).
 
+These are facts of a model's config, shared by capture (which records them), ingest (which
+resolves them) and the rope analysis (which reads the planes).
+
 A rotary position embedding (RoPE) turns pairs of head dimensions ("planes") by an angle
 proportional to the token position: plane i turns by ``position * inv_freq[i]`` radians.  This
 module computes ``inv_freq`` (radians per token, float64) from a model's rope parameters for the
@@ -26,6 +29,29 @@ import numpy as np
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 LAYOUTS = ("half", "interleaved")
 BANDS = ("high", "mid", "low", "unrotated")
+
+#: model types (config.json ``model_type``) whose RoPE turns adjacent dims (2i, 2i+1) together;
+#: every other RoPE architecture turns (i, i + d_rot/2).  Found by pushing basis vectors through
+#: each architecture's own ``apply_rotary_pos_emb`` in transformers (a capture records the layout
+#: it measures on the model itself; this table serves datasets without that record, and a test
+#: re-measures it when transformers is installed).
+INTERLEAVED_MODEL_TYPES = frozenset(
+    {
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "glm",
+        "glm4",
+        "helium",
+    }
+)
+
+
+def layout_of_model_type(model_type: str | None) -> str:
+    """``interleaved`` for a model type in :data:`INTERLEAVED_MODEL_TYPES`, else ``half``."""
+    return "interleaved" if str(model_type or "") in INTERLEAVED_MODEL_TYPES else "half"
 
 
 class RopeParameterError(ValueError):
@@ -85,21 +111,38 @@ def rotary_dim(head_dim: int, partial_rotary_factor: float = 1.0) -> int:
 
 
 def _need(scaling: Mapping[str, Any], name: str, rope_type: str) -> float:
+    """A required scaling field: a finite positive number (every one of them is a factor, a
+    ratio or a context length)."""
     value = scaling.get(name)
     if value is None:
         raise RopeParameterError(f"rope type {rope_type!r} needs {name!r}, which is missing")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    number = _number(value, f"rope type {rope_type!r}: {name!r}")
+    if not number > 0:
         raise RopeParameterError(
-            f"rope type {rope_type!r}: {name!r} is not a number ({value!r})"
-        ) from None
+            f"rope type {rope_type!r}: {name!r} must be positive, not {value!r}"
+        )
+    return number
+
+
+def _number(value: Any, what: str) -> float:
+    """``value`` as a finite float (bools, strings, lists and non-finite values refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise RopeParameterError(f"{what} is not a number ({value!r})")
+    number = float(value)
+    if not math.isfinite(number):
+        raise RopeParameterError(f"{what} is not a finite number ({value!r})")
+    return number
+
+
+def _optional(scaling: Mapping[str, Any], name: str, rope_type: str, default: float) -> float:
+    value = scaling.get(name)
+    return default if value is None else _number(value, f"rope type {rope_type!r}: {name!r}")
 
 
 def default_inv_freq(theta: float, d_rot: int) -> np.ndarray:
     """theta^(-2i/d_rot), i = 0 ... d_rot/2 - 1 (float64, radians per token)."""
-    if not theta > 0:
-        raise RopeParameterError(f"rope_theta must be positive, not {theta}")
+    if not (isinstance(theta, (int, float, np.integer, np.floating)) and 0 < theta < math.inf):
+        raise RopeParameterError(f"rope_theta must be a finite positive number, not {theta!r}")
     i = np.arange(0, d_rot, 2, dtype=np.float64)
     return 1.0 / (float(theta) ** (i / d_rot))
 
@@ -125,7 +168,29 @@ def inv_freq(
     in the original context (rounded outwards unless ``truncate`` is false); attention scaling
     0.1 ln(factor) + 1 (or mscale / mscale_all_dim of that, or the given attention_factor).
     """
-    scaling = dict(scaling or {})
+    with np.errstate(all="ignore"):  # a degenerate parameter shows as a refused result below
+        out, attention = _inv_freq(
+            rope_type, theta, d_rot, dict(scaling or {}), max_position_embeddings
+        )
+    if not (np.all(np.isfinite(out)) and np.all(out > 0)):
+        raise RopeParameterError(
+            f"rope type {rope_type!r}: its parameters give frequencies that are not finite and "
+            "positive"
+        )
+    if not 0 < attention < math.inf:
+        raise RopeParameterError(
+            f"rope type {rope_type!r}: attention scaling {attention} is not finite and positive"
+        )
+    return out, attention
+
+
+def _inv_freq(
+    rope_type: str,
+    theta: float,
+    d_rot: int,
+    scaling: dict[str, Any],
+    max_position_embeddings: int | None,
+) -> tuple[np.ndarray, float]:
     base = default_inv_freq(theta, d_rot)
     if rope_type == "default":
         return base, 1.0
@@ -136,6 +201,10 @@ def inv_freq(
         low = _need(scaling, "low_freq_factor", rope_type)
         high = _need(scaling, "high_freq_factor", rope_type)
         original = _need(scaling, "original_max_position_embeddings", rope_type)
+        if not high > low:
+            raise RopeParameterError(
+                f"rope type 'llama3': high_freq_factor {high:g} must exceed low_freq_factor {low:g}"
+            )
         wavelength = 2 * math.pi / base
         low_wavelength, high_wavelength = original / low, original / high
         out = np.where(wavelength > low_wavelength, base / factor, base)
@@ -163,7 +232,7 @@ def _yarn(
 ) -> tuple[np.ndarray, float]:
     original = _need(scaling, "original_max_position_embeddings", "yarn")
     if scaling.get("factor") is None:  # DeepSeek-V3 style: the ratio of the two contexts
-        if not max_position_embeddings:
+        if not max_position_embeddings or max_position_embeddings <= 0:
             raise RopeParameterError(
                 "rope type 'yarn' needs 'factor' (or max_position_embeddings), which is missing"
             )
@@ -172,15 +241,16 @@ def _yarn(
         factor = _need(scaling, "factor", "yarn")
     attention = scaling.get("attention_factor")
     if attention is None:
-        mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        mscale = _optional(scaling, "mscale", "yarn", 0.0)
+        mscale_all = _optional(scaling, "mscale_all_dim", "yarn", 0.0)
         if mscale and mscale_all:
-            attention = _yarn_mscale(factor, float(mscale)) / _yarn_mscale(
-                factor, float(mscale_all)
-            )
+            attention = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all)
         else:
             attention = _yarn_mscale(factor)
-    beta_fast = float(scaling.get("beta_fast") or 32)
-    beta_slow = float(scaling.get("beta_slow") or 1)
+    else:
+        attention = _number(attention, "rope type 'yarn': 'attention_factor'")
+    beta_fast = _optional(scaling, "beta_fast", "yarn", 0.0) or 32.0
+    beta_slow = _optional(scaling, "beta_slow", "yarn", 0.0) or 1.0
 
     def correction_dim(
         turns: float,
@@ -295,6 +365,8 @@ def _one(
 ) -> RopeParameters:
     params = dict(raw)
     rope_type = params.get("rope_type") or params.get("type") or "default"
+    if not isinstance(rope_type, str):
+        raise RopeParameterError(f"{where}: rope type {rope_type!r} is not a name")
     if rope_type == "su":  # transformers' old names
         rope_type = "longrope"
     theta = params.get("rope_theta", cfg.get("rope_theta"))
@@ -322,15 +394,18 @@ def _one(
     ):
         scaling["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
     mpe = cfg.get("max_position_embeddings")
-    out = RopeParameters(
-        str(rope_type),
-        float(theta),
-        int(head_dim),
-        float(prf) if prf is not None else 1.0,
-        scaling,
-        int(mpe) if mpe else None,
-    )
-    out.frequencies()  # every field the type needs is there (raises naming the missing one)
+    try:
+        out = RopeParameters(
+            rope_type,
+            _number(theta, "rope_theta"),
+            int(head_dim),
+            _number(prf, "partial_rotary_factor") if prf is not None else 1.0,
+            scaling,
+            int(_number(mpe, "max_position_embeddings")) if mpe else None,
+        )
+        out.frequencies()  # every field the type needs is there (raises naming the missing one)
+    except RopeParameterError as exc:
+        raise RopeParameterError(f"{where}: {exc}") from None
     return out
 
 
@@ -354,7 +429,10 @@ def parameters_from_config(
             raise RopeParameterError(
                 f"{where}: no head_dim (nor hidden_size and num_attention_heads)"
             )
-        head_dim = int(hidden) // int(heads)
+        head_dim = _count(hidden, f"{where}: hidden_size") // _count(
+            heads, f"{where}: num_attention_heads"
+        )
+    head_dim = _count(head_dim, f"{where}: head_dim")
     raw = cfg.get("rope_parameters")
     if isinstance(raw, Mapping) and raw and all(isinstance(v, Mapping) for v in raw.values()):
         return {
@@ -362,8 +440,25 @@ def parameters_from_config(
             for kind, p in raw.items()
         }
     if not isinstance(raw, Mapping) or not raw:
-        raw = dict(cfg.get("rope_scaling") or {})
+        raw = cfg.get("rope_scaling") or {}
+        if not isinstance(raw, Mapping):
+            raise RopeParameterError(f"{where}: rope_scaling is not an object ({raw!r})")
     return {"all": _one(raw, cfg, int(head_dim), where)}
+
+
+def _count(value: Any, what: str) -> int:
+    """A positive whole number of a config (``64`` or ``64.0``), else RopeParameterError."""
+    number = _number(value, what)
+    if not (number > 0 and number == int(number)):
+        raise RopeParameterError(f"{what} is not a positive whole number ({value!r})")
+    return int(number)
+
+
+def layout_from_config(config: Mapping[str, Any]) -> str:
+    """The RoPE layout of a config's architecture (its ``model_type``, the text model's in a
+    multimodal config): :func:`layout_of_model_type`."""
+    text = _text_config(config)
+    return layout_of_model_type(text.get("model_type") or config.get("model_type"))
 
 
 def layer_types_from_config(config: Mapping[str, Any]) -> list[str] | None:
