@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 
 from qkwh.analyses.types import AttentionFacts, ExactAttention
+from qkwh.capture.exact import SCALE_KEY, SOFTCAP_KEY
 
 #: the analysis that reads them (left out for a model without sampler facts)
 REACH_ANALYSIS = "reach"
 #: saver-state keys (``_saver_state.json`` model_metadata) written by ``qkwh capture``
-SCALE_KEY = "attention_score_scale"
-SOFTCAP_KEY = "attention_logit_softcap"
 KEEP_FIRST_KEY = "sampling_keep_first"
 #: the optional q-file columns of the exact attention
 EXACT_COLUMNS = ("attn_bins", "attn_distance", "attn_entropy", "attn_sink")
