@@ -139,6 +139,24 @@ def arrow_columns(exact: dict[str, np.ndarray] | None, n: int, n_bins: int) -> d
     }
 
 
+def config_metadata(cfg: Any) -> dict[str, Any]:
+    """``original_max_position_embeddings`` of a model config whose rope scaling extends its
+    context (the trained context of docs/metrics/reach.md), found in ``rope_parameters`` /
+    ``rope_scaling`` or on the config itself; empty when it has none."""
+    found = []
+    for params in (getattr(cfg, "rope_parameters", None), getattr(cfg, "rope_scaling", None)):
+        if isinstance(params, dict):
+            found.append(params.get("original_max_position_embeddings"))
+            found += [
+                v.get("original_max_position_embeddings")
+                for v in params.values()
+                if isinstance(v, dict)
+            ]
+    found.append(getattr(cfg, "original_max_position_embeddings", None))
+    values = [int(v) for v in found if isinstance(v, (int, float)) and v > 0]
+    return {"original_max_position_embeddings": min(values)} if values else {}
+
+
 def schema_fields() -> list[tuple[str, Any]]:
     import pyarrow as pa
 

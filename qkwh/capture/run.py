@@ -30,6 +30,7 @@ from qkwh.capture.exact import (
     SCALE_KEY,
     SOFTCAP_KEY,
     LayerAttention,
+    config_metadata,
     exact_attention,
     layer_attention,
 )
@@ -436,7 +437,8 @@ def capture(
         collector.skipped_sliding | _sliding_excluded(pl, settings)
     )
     say("writing the sniffer files")
-    _finish(out, settings, record, pl, info, source, done, report, collector.metadata())
+    attention = {**collector.metadata(), **config_metadata(lm.config)}
+    _finish(out, settings, record, pl, info, source, done, report, attention)
     return report
 
 

@@ -197,3 +197,23 @@ def test_every_key_kept_capture_gives_estimate_equal_to_exact(tmp_path):
         assert diff[0] < 1e-5 and diff[1] > 0
     finally:
         con.close()
+
+
+def test_trained_context_is_recorded_from_the_rope_scaling():
+    from transformers import LlamaConfig
+
+    from qkwh.capture.exact import config_metadata
+
+    scaled = LlamaConfig(
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 5e5,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
+    assert config_metadata(scaled) == {"original_max_position_embeddings": 8192}
+    assert config_metadata(LlamaConfig()) == {}
