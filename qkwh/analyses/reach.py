@@ -289,3 +289,86 @@ def run(
         },
     )
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# estimator quality: subsample a head captured with every key kept, compare with the exact
+# ---------------------------------------------------------------------------------------------
+def subsample(head: HeadData, facts: AttentionFacts, rng: np.random.Generator) -> HeadData:
+    """A copy of ``head`` with its q rows and k rows kept independently with the keep
+    probability of ``facts`` (as a capture with that sampler would have kept them); the exact
+    columns follow their q rows.  ``head`` is typically a capture with every key kept."""
+    import dataclasses
+
+    keep_q = rng.random(len(head.q_pos)) < keep_probability(head.q_pos, facts)
+    keep_k = rng.random(len(head.k_pos)) < keep_probability(head.k_pos, facts)
+    return dataclasses.replace(
+        head,
+        q=head.q[keep_q],
+        q_pos=head.q_pos[keep_q],
+        q_example=head.q_example[keep_q],
+        q_bucket=head.q_bucket[keep_q],
+        k=head.k[keep_k],
+        k_pos=head.k_pos[keep_k],
+        k_example=head.k_example[keep_k],
+        k_bucket=head.k_bucket[keep_k],
+        attention=facts,
+        exact=None if head.exact is None else head.exact.take(np.flatnonzero(keep_q)),
+    )
+
+
+#: head metrics compared by :func:`estimate_errors`
+QUALITY_METRICS = ("reach", "local_mass", "far_mass", "sink_mass")
+
+
+def estimate_errors(
+    head: HeadData,
+    facts: AttentionFacts,
+    *,
+    draws: int,
+    rng: np.random.Generator,
+    params: ReachParams | None = None,
+) -> dict[str, np.ndarray]:
+    """Estimate minus exact over ``draws`` subsamples of ``head`` (which must carry exact
+    columns), on the very queries each estimate used.
+
+    Returns ``<metric>`` (draws,) float64 for each of :data:`QUALITY_METRICS` (NaN where a draw
+    has no value, e.g. sink_mass without keep_first) and ``bins`` (draws, R) float64: the
+    error of the mean mass per distance bin r over the draw's used queries that reach bin r.
+    """
+    if head.exact is None:
+        raise ValueError("reach: estimate_errors needs a head with exact attention columns")
+    params = params or ReachParams()
+    m, L = int(head.bucket_size), int(head.context_length)
+    out: dict[str, list] = {k: [] for k in (*QUALITY_METRICS, "bins")}
+    for _ in range(draws):
+        sub = subsample(head, facts, rng)
+        est = query_estimates(sub, facts)
+        assert sub.exact is not None
+        idx = est.index
+        t = sub.q_pos[idx]
+        ex_bins = np.asarray(sub.exact.bins, dtype=np.float64)[idx]
+        n_bins = min(est.mass.shape[1], ex_bins.shape[1])
+        span = admissible_span(t, sub.sliding_window)
+        exact = {
+            "reach": _mean(np.asarray(sub.exact.distance)[idx] / (span / 2.0)),
+            "local_mass": _mean(ex_bins[:, 0]) if idx.size else np.nan,
+            "far_mass": _mean(ex_bins[t >= L / 2, (L // 2) // m :].sum(axis=1)),
+            "sink_mass": _mean(np.asarray(sub.exact.sink)[idx]),
+        }
+        got = {
+            "reach": _mean(est.reach),
+            "local_mass": _mean(est.mass[:, 0]) if idx.size else np.nan,
+            "far_mass": _mean(est.far),
+            "sink_mass": _mean(est.sink),
+        }
+        for k in QUALITY_METRICS:
+            out[k].append(got[k] - exact[k])
+        row = np.full(est.mass.shape[1], np.nan)
+        reach_bin = t // m  # a query reaches bins 0 .. floor(t / m)
+        for r in range(n_bins):
+            sel = reach_bin >= r
+            if sel.any():
+                row[r] = est.mass[sel, r].mean() - ex_bins[sel, r].mean()
+        out["bins"].append(row)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
