@@ -112,7 +112,9 @@ def compare(
             ).fetchall()[0][0]
         )
         cur = con.execute(
-            store.load_sql("compare_datasets" if paired else "compare_models"),
+            store.load_sql("compare_pair").replace(
+                "{comparisons}", "dataset_comparisons" if paired else "model_comparisons"
+            ),
             [model_a, model_b, metrics or None],
         )
         names = [d[0] for d in cur.description]

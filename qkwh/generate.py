@@ -8,7 +8,12 @@
 * the analysis part of ``docs/tables.md`` -- each table's grain, key and columns with type,
   unit and meaning;
 * the analysis sections of ``configs/run.yaml`` -- each parameter with its default and the
-  line of its field's ``metadata["doc"]``.
+  line of its field's ``metadata["doc"]``;
+* ``dbt_project/macros/declared_metrics.sql`` -- the catalogue of model-level metrics
+  (:class:`~qkwh.analyses.declaration.ModelMetric`) that the interval models read
+  (``declared_metrics()``), the default comparison list (``declared_comparison_metrics()``: the
+  dbt var ``comparison_metrics`` overrides it);
+* ``qkwh/mart_names.py`` -- the names of the dbt marts (the relations the reports may read).
 
 The catalog, bookkeeping and run-wide parts of these files stay hand-written above a marker
 line; only what follows it is generated.  Run ``python -m qkwh.generate`` after changing a declaration
@@ -19,15 +24,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from qkwh.analyses import registry
-from qkwh.analyses.registry import Analysis, Table
+from qkwh.analyses.registry import Analysis, ModelMetric, Table
 from qkwh.paths import DBT_PROJECT_DIR, DOCS_DIR, RUN_CONFIG_YAML
 
 STAGING_DIR = DBT_PROJECT_DIR / "models" / "staging"
+MARTS_DIR = DBT_PROJECT_DIR / "models" / "marts"
+METRICS_MACRO = DBT_PROJECT_DIR / "macros" / "declared_metrics.sql"
+MART_NAMES_PY = DBT_PROJECT_DIR.parent / "qkwh" / "mart_names.py"
 SOURCES_YML = STAGING_DIR / "_sources.yml"
 TABLES_MD = DOCS_DIR / "tables.md"
 #: the line after which a file's generated part starts (what precedes it is written by hand)
@@ -49,7 +58,8 @@ def staging_name(table: Table) -> str:
 
 def staging_sql(analysis: Analysis, table: Table) -> str:
     """The dbt staging model of ``table``: typed columns, non-finite doubles as NULL, a head label,
-    the rows of the analysis's current parameter set."""
+    the rows of the analysis's current parameter set (and, for an analysis that ``uses`` others,
+    only rows computed with those analyses' current parameters: ``uses_are_current``)."""
     lines = [
         f"-- {table.description or table.name} Non-finite doubles become NULL.",
         f"-- {_HEADER}",
@@ -72,6 +82,9 @@ def staging_sql(analysis: Analysis, table: Table) -> str:
         f"from {{{{ source('qkwh', '{table.name}') }}}} as t",
         f"where {{{{ is_current_config('t', '{analysis.name}') }}}}",
     ]
+    if analysis.uses:
+        uses = ", ".join(f"'{u}'" for u in analysis.uses)
+        lines.append(f"  and {{{{ uses_are_current('t', '{analysis.name}', [{uses}]) }}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -168,6 +181,76 @@ def run_config_part() -> str:
     return "\n".join(out) + "\n"
 
 
+def metric_entry(analysis: Analysis, metric: ModelMetric) -> dict[str, object]:
+    """The catalogue entry of one declared model-level metric (keys as the dbt macros read them)."""
+    entry: dict[str, object] = {
+        "metric": metric.name,
+        "expr": "" if metric.agg == "derived" else metric.expression,
+        "agg": metric.agg,
+        "grp": metric.group or analysis.name,
+        "source": "" if metric.agg == "derived" else analysis.metric_source(metric),
+        "where": metric.where,
+        "rule": metric.rule,
+        "unit": metric.unit,
+        "compared": metric.compared,
+        "documents": metric.documents,
+        "per_taxonomy_class": metric.per_taxonomy_class,
+        "analysis": analysis.name,
+    }
+    entry.update(dict(metric.facets))
+    return entry
+
+
+def metrics_macro() -> str:
+    """dbt_project/macros/declared_metrics.sql: the declared model-level metrics as Jinja data."""
+    entries = [metric_entry(a, m) for a, m in registry.model_metrics()]
+    compared = [m.name for _, m in registry.model_metrics() if m.compared]
+    lines = [
+        "{#",
+        f"  {_HEADER}",
+        "  The model-level metrics the analyses declare (ModelMetric), one dict each: metric, expr",
+        "  (head-level SQL over source), agg (mean | median | max | derived), grp (metric group),",
+        "  source (the dbt relation with one row per head), where (its rows), rule (of a derived",
+        "  metric), unit, compared, documents, per_taxonomy_class, analysis and facets.",
+        "  Read through model_metric_catalogue() (macros/model_metrics.sql).",
+        "#}",
+        "{% macro declared_metrics() -%}",
+        "    {%- do return([",
+    ]
+    lines += [f"        {json.dumps(e)}," for e in entries]
+    lines += [
+        "    ]) -%}",
+        "{%- endmacro %}",
+        "",
+        "{# The metrics compared between models and datasets (dbt var comparison_metrics overrides). #}",
+        "{% macro declared_comparison_metrics() -%}",
+        f"    {{%- do return({json.dumps(compared)}) -%}}",
+        "{%- endmacro %}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def mart_names() -> tuple[str, ...]:
+    """Every dbt mart (a model under models/marts), sorted."""
+    return tuple(sorted({p.stem for p in MARTS_DIR.iterdir() if p.suffix in (".sql", ".py")}))
+
+
+def mart_names_module() -> str:
+    """qkwh/mart_names.py: the marts as a Python constant (the relations reports may read)."""
+    lines = [
+        '"""The dbt marts: the relations a report or another reader of built results may read.',
+        "",
+        f"{_HEADER}",
+        '"""',
+        "",
+        "MARTS: frozenset[str] = frozenset(",
+        "    {",
+    ]
+    lines += [f'        "{m}",' for m in mart_names()]
+    lines += ["    }", ")", ""]
+    return "\n".join(lines)
+
+
 def _replace_after(text: str, marker: str, part: str, end: str | None = None) -> str:
     head, found, rest = text.partition(marker + "\n")
     if not found:
@@ -188,6 +271,8 @@ def expected_files() -> dict[Path, str]:
     files[TABLES_MD] = _replace_after(
         TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END
     )
+    files[METRICS_MACRO] = metrics_macro()
+    files[MART_NAMES_PY] = mart_names_module()
     files[RUN_CONFIG_YAML] = _replace_after(
         RUN_CONFIG_YAML.read_text(), RUN_MARKER, run_config_part()
     )

@@ -60,7 +60,7 @@
   columns of the same name (e.g. bias_strength).  Yields one select statement (use it as a CTE
   body or subquery) with the key columns, ap_overall[_empirical], the carried columns, the derived
   columns and gauss_gap / gauss_gap_drop.  Shared by the replicate, document-jackknife and
-  dataset-pair models of models/uncertainty/.
+  dataset-pair models of models/intervals/.
 #}
 {% macro model_plasticity_derived(relation, keys, value='value', carry=[]) -%}
     select

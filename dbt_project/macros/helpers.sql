@@ -15,7 +15,7 @@
     ('L' || cast({{ layer }} as varchar) || 'H' || cast({{ q_head }} as varchar))
 {%- endmacro %}
 
-{# Pearson r and its intervals live in qkwh/uncertainty.py (family_correlations, benchmark_correlations). #}
+{# Pearson r and its intervals live in qkwh/bootstrap.py (family_correlations, benchmark_correlations). #}
 
 {# The names of the head classes in display order (var taxonomy_classes: the one list). #}
 {% macro taxonomy_class_names() -%}

@@ -1,92 +1,85 @@
 {#
-  The catalogue of model-level metrics that are aggregates over a model's heads (docs/metrics/aggregation.md: the
-  model value is the mean over its analysed heads unless stated).  Each entry names the metric,
-  the head-level expression over head_metrics, the aggregation over heads and the metric group.
-  int_head_metric_values evaluates the expressions; int_model_metric_replicates aggregates them
-  once per bootstrap replicate (replicate 0 = every layer once = the point estimate), so the
-  model values of model_summary and their intervals come from one implementation.
+  The catalogue of model-level metrics that are aggregates over a model's heads
+  (docs/metrics/aggregation.md: the model value is the mean over its analysed heads unless
+  stated).  The metrics are declared with their analysis (ModelMetric in qkwh/analyses/declared/)
+  and generated into declared_metrics() (macros/declared_metrics.sql, `python -m qkwh.generate`);
+  the macros below only select from it.  int_head_metric_values evaluates the head-level
+  expressions; int_model_metric_replicates aggregates them once per bootstrap replicate
+  (replicate 0 = every layer once = the point estimate), so the model values of model_summary
+  and their intervals come from one implementation.
 
-  agg: mean (skips NULL heads; 0/1 indicators make fractions), median, max.
+  agg: mean (skips NULL heads; 0/1 indicators make fractions), median, max, derived.
 #}
+
+{# Every declared metric, the per-taxonomy-class ones expanded over var('taxonomy_classes'). #}
+{% macro model_metric_catalogue() -%}
+    {%- set out = [] -%}
+    {%- for e in declared_metrics() -%}
+        {%- if e.per_taxonomy_class -%}
+            {%- for t in taxonomy_class_names() -%}
+                {%- set d = {} -%}
+                {%- do d.update(e) -%}
+                {%- do d.update({'metric': e.metric.replace('{class}', t), 'expr': e.expr.replace('{class}', t)}) -%}
+                {%- do out.append(d) -%}
+            {%- endfor -%}
+        {%- else -%}
+            {%- do out.append(e) -%}
+        {%- endif -%}
+    {%- endfor -%}
+    {%- do return(out) -%}
+{%- endmacro %}
+
+{# The metrics read from head_metrics (one column expression per head, evaluated side by side). #}
 {% macro head_metric_catalogue() -%}
     {%- set m = [] -%}
-    {#- PCA head-level means (the per-pc means come from pca_components, see pc_metric_catalogue) -#}
-    {%- for c in ['pos_var_q_thesis', 'pos_var_k_thesis', 'pc0_share_pos_q', 'pc0_share_pos_k',
-                  'pos_var_q_exact', 'pos_var_k_exact', 'qk_sep_pc0', 'fisher_pc0', 'qk_acc_pc01'] -%}
-        {%- do m.append({'metric': c, 'expr': c, 'agg': 'mean', 'grp': 'pca'}) -%}
+    {%- for e in model_metric_catalogue() if e.source == 'head_metrics' and e.agg != 'derived' -%}
+        {%- do m.append(e) -%}
     {%- endfor -%}
-    {#- taxonomy fractions: share of heads with a class (docs/metrics/aggregation.md#taxonomy) -#}
-    {%- for t in taxonomy_class_names() -%}
-        {%- do m.append({'metric': 'frac_' ~ t, 'agg': 'mean', 'grp': 'taxonomy',
-                         'expr': "case when taxonomy = '" ~ t ~ "' then 1.0 when taxonomy is not null then 0.0 end"}) -%}
-    {%- endfor -%}
-    {#- rotation (docs/metrics/aggregation.md#rotation-and-pca-summaries; degenerate heads carry NULL metrics and drop out) -#}
-    {%- for c in ['position_r', 'abs_r_q_a', 'abs_r_k_a', 'abs_alpha_q', 'abs_alpha_k', 'alpha_q',
-                  'alpha_k', 'mu_q_a', 'mu_k_a', 'bias_strength', 'separation_strength',
-                  'var_frac_a', 'var_frac_b', 'plane_var_fraction', 'content_var_b',
-                  'content_var_b_frac', 'n_active_pairs', 'active_var_frac'] -%}
-        {%- do m.append({'metric': c, 'expr': c, 'agg': 'mean', 'grp': 'rotation'}) -%}
-    {%- endfor -%}
-    {%- do m.append({'metric': 'frac_bias_positive', 'agg': 'mean', 'grp': 'rotation',
-                     'expr': 'case when bias_strength > 0 then 1.0 when bias_strength is not null then 0.0 end'}) -%}
-    {%- do m.append({'metric': 'frac_mu_q_a_positive', 'agg': 'mean', 'grp': 'rotation',
-                     'expr': 'case when mu_q_a > 0 then 1.0 when mu_q_a is not null then 0.0 end'}) -%}
-    {%- do m.append({'metric': 'frac_var_b_gt_a', 'agg': 'mean', 'grp': 'rotation',
-                     'expr': 'case when var_frac_b > var_frac_a then 1.0 when var_frac_b is not null and var_frac_a is not null then 0.0 end'}) -%}
-    {%- do m.append({'metric': 'bias_strength_median', 'expr': 'bias_strength', 'agg': 'median', 'grp': 'rotation'}) -%}
-    {%- do m.append({'metric': 'slope_ratio_kq_median', 'expr': 'slope_ratio_kq', 'agg': 'median', 'grp': 'rotation'}) -%}
-    {%- do m.append({'metric': 'max_residual_pos_r', 'expr': 'residual_pos_r', 'agg': 'max', 'grp': 'rotation'}) -%}
-    {#- plasticity (docs/metrics/aggregation.md#model-plasticity-profile): model decile_k = mean over heads with a value for it -#}
-    {%- for e in plasticity_estimators() -%}
-        {%- do m.append({'metric': 'ap_overall' ~ e.suffix, 'expr': 'ap_overall' ~ e.suffix, 'agg': 'mean', 'grp': 'plasticity'}) -%}
-        {%- for k in range(10) -%}
-            {%- do m.append({'metric': 'decile_' ~ k ~ e.suffix, 'expr': 'decile_' ~ k ~ e.suffix, 'agg': 'mean', 'grp': 'plasticity'}) -%}
-        {%- endfor -%}
-    {%- endfor -%}
-    {%- do m.append({'metric': 'q_beta_norm', 'expr': 'q_beta_norm', 'agg': 'mean', 'grp': 'plasticity'}) -%}
-    {%- do m.append({'metric': 'q_R2_pos', 'expr': 'q_R2_pos', 'agg': 'mean', 'grp': 'plasticity'}) -%}
     {%- do return(m) -%}
 {%- endmacro %}
 
-{# Per-principal-component means over heads (stg_pca_components): ev_k, r_q_k, r_k_k, abs_r_k_0. #}
-{% macro pc_metric_catalogue() -%}
+{#
+  The metrics read from any other relation with one row (or one row per `where`) per head:
+  the per-component PCA means, the RoPE band energy shares and the metrics of analyses of your
+  own (their staging views).  The RoPE band plasticity has its own path (rope_head_metrics).
+#}
+{% macro relation_metric_catalogue() -%}
     {%- set m = [] -%}
-    {%- for k in range(10) -%}
-        {%- do m.append({'metric': 'ev_' ~ k, 'expr': 'explained_variance_ratio', 'pc': k, 'agg': 'mean', 'grp': 'pca'}) -%}
-        {%- do m.append({'metric': 'r_q_' ~ k, 'expr': 'r_q', 'pc': k, 'agg': 'mean', 'grp': 'pca'}) -%}
-        {%- do m.append({'metric': 'r_k_' ~ k, 'expr': 'r_k', 'pc': k, 'agg': 'mean', 'grp': 'pca'}) -%}
+    {%- for e in model_metric_catalogue() if e.agg != 'derived' and e.source not in ('head_metrics', 'int_rope_band_head_plasticity') -%}
+        {%- do m.append(e) -%}
     {%- endfor -%}
-    {%- do m.append({'metric': 'abs_r_k_0', 'expr': 'abs(r_k)', 'pc': 0, 'agg': 'mean', 'grp': 'pca'}) -%}
     {%- do return(m) -%}
 {%- endmacro %}
 
 {#
   Model metrics derived from other model metrics of the same replicate (docs/metrics/aggregation.md#model-plasticity-profile,
   both estimators): quintiles, first / last 20 %, drop and the NoPE-study decile means for
-  each estimator, the Gaussian-minus-empirical gaps, and bias_strength x L_ctx.
-  name -> group; the expressions are in int_model_metric_replicates.
+  each estimator, the Gaussian-minus-empirical gaps, and bias_strength x L_ctx (rules
+  plasticity_profile, gauss_gap, bias_strength_ctx).  name -> group; the expressions are in
+  int_model_metric_replicates.
 #}
 {% macro derived_metric_groups() -%}
     {%- set m = {} -%}
-    {%- for e in plasticity_estimators() -%}
-        {%- for c in ['quintile_0', 'quintile_1', 'quintile_2', 'quintile_3', 'quintile_4',
-                      'ap_first_20pct', 'ap_last_20pct', 'ap_drop', 'decile_4_5_mean',
-                      'decile_6_7_mean', 'mid_context_recovery'] -%}
-            {%- do m.update({c ~ e.suffix: 'plasticity'}) -%}
-        {%- endfor -%}
+    {%- for e in model_metric_catalogue() if e.agg == 'derived' and e.rule != 'rope_profile' -%}
+        {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
-    {%- do m.update({'gauss_gap': 'gauss_gap', 'gauss_gap_drop': 'gauss_gap', 'bias_strength_ctx': 'rotation'}) -%}
     {%- do return(m) -%}
 {%- endmacro %}
+
+{# The metrics compared between models and datasets: var('comparison_metrics') or the declared ones. #}
+{% macro comparison_metrics() -%}
+    {%- do return(var('comparison_metrics', declared_comparison_metrics())) -%}
+{%- endmacro %}
+
 
 {# Every metric with an interval: name -> group (the accepted values of model_metric_ci.metric). #}
 {% macro model_metric_groups() -%}
     {%- set m = {} -%}
-    {%- for e in head_metric_catalogue() + pc_metric_catalogue() -%}
+    {%- for e in head_metric_catalogue() + relation_metric_catalogue() -%}
         {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
     {%- do m.update(derived_metric_groups()) -%}
-    {%- for e in rope_metric_catalogue() + rope_energy_metrics() -%}
+    {%- for e in model_metric_catalogue() if e.metric not in m -%}
         {%- do m.update({e.metric: e.grp}) -%}
     {%- endfor -%}
     {%- do return(m) -%}
@@ -95,7 +88,7 @@
 {# The catalogue as a relation (metric, agg, metric_group) for joins. #}
 {% macro metric_catalogue_values() -%}
     (values
-    {%- for e in head_metric_catalogue() + pc_metric_catalogue() + rope_head_metrics() + rope_energy_metrics() %}
+    {%- for e in model_metric_catalogue() if e.agg != 'derived' %}
         ('{{ e.metric }}', '{{ e.agg }}', '{{ e.grp }}'){{ ',' if not loop.last }}
     {%- endfor %}
     ) as catalogue(metric, agg, metric_group)

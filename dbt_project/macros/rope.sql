@@ -14,29 +14,15 @@
 {%- endmacro %}
 
 {#
-  Every rope metric: metric, base (the plasticity column it is made of), band, variant,
-  estimator, agg ('mean' over heads for ap_overall and the deciles, 'derived' from the model
-  deciles of the same replicate for quintiles, first / last 20 % and drop), support_metric (the
-  head-level metric whose heads and layers it rests on).
+  Every rope band-plasticity metric (declared by the analysis rope): metric, base (the plasticity
+  column it is made of), band, variant, estimator, agg ('mean' over heads for ap_overall and the
+  deciles, 'derived' from the model deciles of the same replicate for quintiles, first / last
+  20 % and drop), support_metric (the head-level metric whose heads and layers it rests on).
 #}
 {% macro rope_metric_catalogue() -%}
     {%- set out = [] -%}
-    {%- set means = ['ap_overall'] -%}
-    {%- for k in range(10) %}{% do means.append('decile_' ~ k) %}{% endfor -%}
-    {%- set derived = ['quintile_0', 'quintile_1', 'quintile_2', 'quintile_3', 'quintile_4',
-                       'ap_first_20pct', 'ap_last_20pct', 'ap_drop'] -%}
-    {%- for e in plasticity_estimators() -%}
-        {%- for band in rope_bands() -%}
-            {%- for variant in rope_variants() -%}
-                {%- set tail = '_' ~ band ~ '_' ~ variant ~ e.suffix -%}
-                {%- for base in means + derived -%}
-                    {%- do out.append({'metric': 'rope_' ~ base ~ tail, 'base': base, 'band': band,
-                                       'variant': variant, 'estimator': e.name,
-                                       'agg': 'mean' if base in means else 'derived',
-                                       'grp': 'rope', 'support_metric': 'rope_ap_overall' ~ tail}) -%}
-                {%- endfor -%}
-            {%- endfor -%}
-        {%- endfor -%}
+    {%- for e in model_metric_catalogue() if e.grp == 'rope' and e.base is defined -%}
+        {%- do out.append(e) -%}
     {%- endfor -%}
     {%- do return(out) -%}
 {%- endmacro %}
@@ -58,11 +44,8 @@
 #}
 {% macro rope_energy_metrics() -%}
     {%- set out = [] -%}
-    {%- for band in rope_bands() -%}
-        {%- for side in ['q', 'k'] -%}
-            {%- do out.append({'metric': 'rope_' ~ side ~ '_energy_share_' ~ band, 'band': band,
-                               'column': side ~ '_energy_share', 'agg': 'mean', 'grp': 'rope'}) -%}
-        {%- endfor -%}
+    {%- for e in model_metric_catalogue() if e.grp == 'rope' and e.column is defined -%}
+        {%- do out.append(e) -%}
     {%- endfor -%}
     {%- do return(out) -%}
 {%- endmacro %}

@@ -1,4 +1,5 @@
-"""What an analysis declaration is made of: :class:`Analysis`, :class:`Table`, :class:`Column`.
+"""What an analysis declaration is made of: :class:`Analysis`, :class:`Table`, :class:`Column`,
+:class:`ModelMetric`.
 
 Pure data: no numpy, no DuckDB, no import of compute, store or the CLI.  The declarations of the
 built-in analyses are in :mod:`qkwh.analyses.declared`; :mod:`qkwh.analyses.registry` holds the
@@ -111,6 +112,89 @@ class Table:
         return (*HEAD_KEY[:3], CONFIG_COLUMN, *self.key)
 
 
+#: how a model-level metric is made of its head-level values (docs/metrics/aggregation.md):
+#: ``mean`` over the model's heads with a value (0/1 indicators make fractions), ``median``,
+#: ``max``, or ``derived``: computed from other model metrics of the same bootstrap replicate by a
+#: named rule of the dbt project (``rule``: e.g. ``plasticity_profile``, the decile -> quintile ->
+#: first / last 20 % -> drop chain)
+AGGREGATIONS: tuple[str, ...] = ("mean", "median", "max", "derived")
+#: the derivation rules the dbt project implements for ``agg="derived"`` metrics
+DERIVED_RULES: tuple[str, ...] = (
+    "plasticity_profile",
+    "gauss_gap",
+    "bias_strength_ctx",
+    "rope_profile",
+)
+#: the dbt relation the built-in head-level expressions read (one row per analysed head)
+HEAD_METRICS = "head_metrics"
+
+
+@dataclass(frozen=True)
+class ModelMetric:
+    """One model-level metric: a head-level value aggregated over a model's heads, with a
+    layer-cluster bootstrap interval in ``model_metric_ci``.
+
+    ``name``: the metric (a ``model_metric_ci.metric`` value); ``expr``: the SQL expression of its
+    head-level value over the columns of ``source`` (default: the metric's own name; ignored for
+    ``agg="derived"``); ``agg``: one of :data:`AGGREGATIONS`; ``source``: the dbt relation with
+    one row per head that ``expr`` reads, ``""`` = the staging view of the analysis's one-row-
+    per-head table, or the name of one of its tables (its staging view ``stg_<table>``), or any
+    model of the dbt project (e.g. ``head_metrics``); ``where``: an SQL condition on ``source``
+    that picks the metric's rows (e.g. ``pc = 0``); ``rule``: for ``agg="derived"``, the
+    derivation rule (one of :data:`DERIVED_RULES`); ``unit``, ``description``: as
+    :class:`Column`; ``group``: the metric group of ``model_metric_ci.metric_group`` (default: the
+    analysis name); ``compared``: compared between models (``model_comparisons``) and datasets
+    (``dataset_comparisons``) and in ``qkwh compare``; ``documents``: gets a document-level term
+    (``se_documents``) from the document jackknife; ``facets``: extra string attributes the dbt models read (e.g. a RoPE
+    metric's band and variant).  ``per_taxonomy_class``: one metric per class of the dbt var
+    ``taxonomy_classes``; ``{class}`` in ``name`` and ``expr`` is replaced by the class.
+    """
+
+    name: str
+    expr: str = ""
+    agg: str = "mean"
+    source: str = ""
+    where: str = ""
+    rule: str = ""
+    unit: str = "1"
+    description: str = ""
+    group: str = ""
+    compared: bool = False
+    documents: bool = False
+    facets: tuple[tuple[str, str | int], ...] = ()
+    per_taxonomy_class: bool = False
+
+    @property
+    def expression(self) -> str:
+        return self.expr or self.name
+
+    def check(self, analysis: str) -> None:
+        name = self.name.replace("{class}", "class") if self.per_taxonomy_class else self.name
+        if not _NAME.match(name.lower()):
+            raise ValueError(
+                f"analysis {analysis}: metric name {self.name!r}: use letters, digits, '_'"
+            )
+        if self.agg not in AGGREGATIONS:
+            raise ValueError(
+                f"analysis {analysis}: metric {self.name}: agg {self.agg!r} is not one of "
+                f"{', '.join(AGGREGATIONS)}"
+            )
+        if (self.agg == "derived") != bool(self.rule):
+            raise ValueError(
+                f"analysis {analysis}: metric {self.name}: a derived metric names its rule "
+                f"(one of {', '.join(DERIVED_RULES)}), and only a derived one"
+            )
+        if self.rule and self.rule not in DERIVED_RULES:
+            raise ValueError(
+                f"analysis {analysis}: metric {self.name}: unknown rule {self.rule!r}; "
+                f"known: {', '.join(DERIVED_RULES)}"
+            )
+        if "'" in self.name or "{{" in self.expression or "{{" in self.where:
+            raise ValueError(
+                f"analysis {analysis}: metric {self.name}: no quotes or Jinja in names"
+            )
+
+
 @dataclass(frozen=True)
 class Analysis:
     """The declaration of one analysis.
@@ -126,7 +210,10 @@ class Analysis:
     parameter fingerprint and its ``run_config`` row, and its function receives them as
     ``run(head, params, *, seed, shared, uses)`` with ``uses`` = {name: parameter object}
     (the keyword is passed only to an analysis that declares ``uses``); ``default``: computed
-    when a run names no analyses (False: opt-in, run only when asked for by name).
+    when a run names no analyses (False: opt-in, run only when asked for by name);
+    ``metrics``: its model-level metrics (:class:`ModelMetric`), aggregated over heads with
+    bootstrap intervals in ``model_metric_ci`` (``python -m qkwh.generate`` writes them into the
+    dbt metric catalogue).
     """
 
     name: str
@@ -139,6 +226,7 @@ class Analysis:
     doc: str = ""
     uses: tuple[str, ...] = ()
     default: bool = True
+    metrics: tuple[ModelMetric, ...] = ()
 
     @property
     def table_names(self) -> tuple[str, ...]:
@@ -157,6 +245,20 @@ class Analysis:
     def head_metrics(self) -> tuple[str, ...]:
         """Columns of its tables that the mart ``head_metrics`` carries as head-level scalars."""
         return tuple(c.name for t in self.tables for c in t.columns if c.head_metric)
+
+    def metric_source(self, metric: ModelMetric) -> str:
+        """The dbt relation ``metric``'s expression reads (see :class:`ModelMetric`)."""
+        if not metric.source:
+            head = self.head_table
+            if head is None:
+                raise ValueError(
+                    f"analysis {self.name}: metric {metric.name} names no source and the "
+                    "analysis has no one-row-per-head table"
+                )
+            return f"stg_{head.name}"
+        if metric.source in self.table_names:
+            return f"stg_{metric.source}"
+        return metric.source
 
     def default_params(self) -> Any:
         return self.params()
@@ -181,6 +283,13 @@ class Analysis:
             )
         if self.name in self.uses or len(set(self.uses)) != len(self.uses):
             raise ValueError(f"analysis {self.name}: uses must name other analyses, once each")
+        metric_names = [m.name for m in self.metrics]
+        if len(set(metric_names)) != len(metric_names):
+            raise ValueError(f"analysis {self.name}: a model-level metric is declared twice")
+        for m in self.metrics:
+            m.check(self.name)
+            if m.agg != "derived":
+                self.metric_source(m)
         fields = [t.udf_field for t in self.tables if not t.per_head]
         if len(set(fields)) != len(fields):
             raise ValueError(f"analysis {self.name}: two tables share the SQL field name")

@@ -30,6 +30,7 @@ from qkwh.analyses.declaration import (  # noqa: F401 (re-exported: the registry
     SHARED,
     Analysis,
     Column,
+    ModelMetric,
     Table,
 )
 
@@ -56,6 +57,14 @@ def register(analysis: Analysis, *, replace: bool = False) -> Analysis:
     clash = [t for t in analysis.table_names if t in taken]
     if clash:
         raise ValueError(f"analysis {analysis.name}: table(s) {clash} belong to {taken[clash[0]]}")
+    metric_owner = {
+        m.name: a.name for a in _REGISTRY.values() if a.name != analysis.name for m in a.metrics
+    }
+    clash = [m.name for m in analysis.metrics if m.name in metric_owner]
+    if clash:
+        raise ValueError(
+            f"analysis {analysis.name}: metric(s) {clash} belong to {metric_owner[clash[0]]}"
+        )
     _REGISTRY[analysis.name] = analysis
     return analysis
 
@@ -108,6 +117,11 @@ def table(name: str) -> Table:
         if t.name == name:
             return t
     raise KeyError(f"no registered analysis writes a table {name!r}")
+
+
+def model_metrics() -> tuple[tuple[Analysis, ModelMetric], ...]:
+    """Every declared model-level metric with its analysis, in registration order."""
+    return tuple((a, m) for a in _REGISTRY.values() for m in a.metrics)
 
 
 def default_params() -> Mapping[str, Any]:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-from qkwh import uncertainty
+from qkwh import bootstrap
 from qkwh.analyses import correlation as corr
 
 
@@ -38,8 +38,8 @@ def test_a_constant_side_gives_exactly_what_the_caller_names(xy, constant):
         assert corr.weighted_pearson(a, b, w, min_n=3, if_constant=0.0).tolist() == [0.0, 0.0]
         assert np.isnan(corr.weighted_pearson(a, b, w, min_n=3, if_constant=math.nan)).all()
         # the marts' rule: undefined -> NaN (NULL), and its p-value NaN
-        assert math.isnan(uncertainty.pearson(a, b))
-        res = uncertainty.correlation_with_intervals(a, b, None, level=0.95, min_n=3)
+        assert math.isnan(bootstrap.pearson(a, b))
+        res = bootstrap.correlation_with_intervals(a, b, None, level=0.95, min_n=3)
         assert math.isnan(res.r) and math.isnan(res.p_value) and res.n == 50
 
 
@@ -63,7 +63,7 @@ def test_plain_weighted_and_scipy_agree_off_the_rule(xy):
     assert corr.pearson(x, y, if_constant=0.0) == pytest.approx(want.statistic, rel=1e-12)
     got = corr.weighted_pearson(x, y, np.ones((1, 50)), min_n=3, if_constant=math.nan)[0]
     assert got == pytest.approx(want.statistic, rel=1e-12)
-    assert uncertainty.pearson(x, y) == round(float(got), 12)
+    assert bootstrap.pearson(x, y) == round(float(got), 12)
     assert float(corr.pearson_pvalue(want.statistic, 50)) == pytest.approx(want.pvalue, rel=1e-9)
     # too few points: NaN whatever if_constant says
     assert math.isnan(
@@ -72,11 +72,11 @@ def test_plain_weighted_and_scipy_agree_off_the_rule(xy):
     assert math.isnan(float(corr.pearson_pvalue(0.5, 2)))
 
 
-def test_uncertainty_has_no_pearson_arithmetic_of_its_own():
+def test_bootstrap_has_no_pearson_arithmetic_of_its_own():
     """One implementation: the marts' module imports the kernels instead of redefining them."""
-    assert uncertainty.weighted_pearson is corr.weighted_pearson
-    assert uncertainty.pearson_pvalue is corr.pearson_pvalue
-    assert not hasattr(uncertainty, "p_value")
+    assert bootstrap.weighted_pearson is corr.weighted_pearson
+    assert bootstrap.pearson_pvalue is corr.pearson_pvalue
+    assert not hasattr(bootstrap, "p_value")
 
 
 def test_if_constant_is_required():

@@ -19,7 +19,7 @@ from qkwh.analyses.declared.uncertainty import UncertaintyParams
 from qkwh.analyses.types import HeadData
 from qkwh.compute.work import run_analyses
 from qkwh.params import RunConfig
-from qkwh.uncertainty import jackknife_se
+from qkwh.bootstrap import jackknife_se
 
 G = 4
 EXHAUSTIVE = {"plasticity": PlasticityParams(pairs="exhaustive", num_pairs_per_bucket=64)}

@@ -107,10 +107,11 @@ def test_dataset_comparisons_pair_captures_of_one_model(dataset_build):
     cp = by[("tiny-code", "tiny-prose", "ap_drop")]
     assert (cp["dataset_a"], cp["dataset_b"], cp["hf_model"]) == ("code", "prose", dd.HF_MODEL)
     ci_code, ci_prose = _ci(dataset_build, "tiny-code"), _ci(dataset_build, "tiny-prose")
-    # the same heads in both captures: the estimates are the models' own, the difference B - A
+    # the same heads in both captures: the estimates are the models' own, the difference A - B
+    # (model_a minus model_b, as model_comparisons and `qkwh compare model_a model_b`)
     assert cp["estimate_a"] == pytest.approx(ci_code["ap_drop"]["estimate"], rel=1e-12)
     assert cp["estimate_b"] == pytest.approx(ci_prose["ap_drop"]["estimate"], rel=1e-12)
-    assert cp["difference"] == pytest.approx(cp["estimate_b"] - cp["estimate_a"], rel=1e-12)
+    assert cp["difference"] == pytest.approx(cp["estimate_a"] - cp["estimate_b"], rel=1e-12)
     # both terms: sqrt(se_layers^2 + se_doc_A^2 + se_doc_B^2)
     assert cp["interval"] == "layers+documents"
     assert cp["se_documents_a"] == ci_code["ap_drop"]["se_documents"]
@@ -128,7 +129,7 @@ def test_dataset_comparisons_pair_captures_of_one_model(dataset_build):
 
 
 def test_dataset_comparison_layer_term_is_the_paired_bootstrap(dataset_build):
-    """se_layers = sd over replicates of mean_B - mean_A, both over model_a's layer draw."""
+    """se_layers = sd over replicates of mean_A - mean_B, both over model_a's layer draw."""
     draws = dataset_build.dicts(
         "SELECT replicate, multiplicity FROM intermediate.int_bootstrap_draws WHERE model_id = 'tiny-code' "
         "AND replicate > 0 ORDER BY replicate"
@@ -151,7 +152,7 @@ def test_dataset_comparison_layer_term_is_the_paired_bootstrap(dataset_build):
     for d in draws:
         w = dict(zip(layers, d["multiplicity"]))
         num = sum(
-            w[layer] * (vals[("tiny-prose", layer, h)] - vals[("tiny-code", layer, h)])
+            w[layer] * (vals[("tiny-code", layer, h)] - vals[("tiny-prose", layer, h)])
             for layer, h in dd.HEADS
         )
         diffs.append(num / sum(w[layer] for layer, _ in dd.HEADS))
@@ -160,6 +161,17 @@ def test_dataset_comparison_layer_term_is_the_paired_bootstrap(dataset_build):
         "AND model_b = 'tiny-prose' AND metric = 'bias_strength'"
     )[0]
     assert row["se_layers"] == pytest.approx(float(np.std(diffs, ddof=1)), rel=1e-9)
+
+
+def test_both_comparison_marts_store_a_minus_b(dataset_build):
+    """One convention: model_comparisons and dataset_comparisons both store estimate_a -
+    estimate_b of (model_a, model_b), the direction `qkwh compare A B` prints."""
+    for mart in ("model_comparisons", "dataset_comparisons"):
+        rows = dataset_build.dicts(f"SELECT * FROM {mart} WHERE estimate_a <> estimate_b")
+        assert rows, mart
+        for r in rows:
+            assert r["model_a"] < r["model_b"]
+            assert r["difference"] == pytest.approx(r["estimate_a"] - r["estimate_b"], rel=1e-9)
 
 
 def test_compare_uses_the_paired_form_for_one_model(dataset_build):
@@ -171,11 +183,13 @@ def test_compare_uses_the_paired_form_for_one_model(dataset_build):
     )[0]
     r = ab["ap_drop"]
     assert r.paired and r.interval == "layers+documents"
-    assert r.difference == stored["difference"]  # prose - code, as stored (B - A of the mart)
-    assert (r.ci_low, r.ci_high) == (stored["ci_low"], stored["ci_high"])
+    # prose - code: the mart stores code - prose (model_a - model_b), compare A B prints A - B
+    assert r.difference == -stored["difference"]
+    assert (r.ci_low, r.ci_high) == (-stored["ci_high"], -stored["ci_low"])
+    assert r.difference == pytest.approx(r.estimate_a - r.estimate_b, rel=1e-12)
     ba = {r.metric: r for r in compare(wh, "tiny-code", "tiny-prose")}["ap_drop"]
-    assert ba.difference == -stored["difference"]
-    assert (ba.ci_low, ba.ci_high) == (-stored["ci_high"], -stored["ci_low"])
+    assert ba.difference == stored["difference"]
+    assert (ba.ci_low, ba.ci_high) == (stored["ci_low"], stored["ci_high"])
     prose = _ci(dataset_build, "tiny-prose")["ap_drop"]
     assert (r.ci_low_a, r.ci_high_a) == (prose["ci_low_combined"], prose["ci_high_combined"])
     # two different models: the unpaired form

@@ -156,17 +156,33 @@ def test_model_streams_are_independent_of_the_other_models(ci_build):
     _, a = _draws(ci_build, "qwen3-4b")
     _, b = _draws(ci_build, "qwen3-8b")
     assert not np.array_equal(a[1:], b[1:])
-    import importlib.util
+    from qkwh.bootstrap import draw_layers, stream
+
+    again = draw_layers(8, CI_VARS["n_boot"], stream(0, "qwen3-4b"))
+    assert np.array_equal(again, a)
+
+
+def test_the_draws_model_uses_the_library_stream_and_draws():
+    """int_bootstrap_draws has no random-number code of its own: the reproducible draws depend on
+    the dbt model and qkwh.bootstrap staying equal, so the model imports them."""
+    import ast
 
     from qkwh.paths import DBT_PROJECT_DIR
 
-    spec = importlib.util.spec_from_file_location(
-        "draws", DBT_PROJECT_DIR / "models" / "uncertainty" / "int_bootstrap_draws.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    again = mod.draw(8, CI_VARS["n_boot"], mod.model_stream(0, "qwen3-4b"))
-    assert np.array_equal(again, a)
+    path = DBT_PROJECT_DIR / "models" / "intervals" / "int_bootstrap_draws.py"
+    tree = ast.parse(path.read_text())
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert defined == {"model"}
+    imported = {
+        a.name
+        for n in tree.body
+        if isinstance(n, ast.ImportFrom) and n.module == "qkwh.bootstrap"
+        for a in n.names
+    }
+    assert {"stream", "draw_layers"} <= imported
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not names & {"default_rng", "integers", "hashlib"}
 
 
 def test_comparisons_are_differences_of_paired_replicates(ci_build):

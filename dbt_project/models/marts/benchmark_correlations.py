@@ -19,9 +19,22 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from qkwh.uncertainty import correlation_with_intervals, stream, two_stage_bootstrap_r
+from qkwh.bootstrap import (
+    correlation_row,
+    correlation_table,
+    correlation_with_intervals,
+    stream,
+    two_stage_bootstrap_r,
+)
 
-KEY = ("benchmark", "mode", "length_scope", "context_length_tokens", "metric")
+KEY_FIELDS = (
+    ("benchmark", pa.string()),
+    ("mode", pa.string()),
+    ("length_scope", pa.string()),
+    ("context_length_tokens", pa.int32()),
+    ("metric", pa.string()),
+)
+KEY = tuple(name for name, _ in KEY_FIELDS)
 
 
 def model(dbt, session):
@@ -63,25 +76,7 @@ def model(dbt, session):
                 (o["benchmark"], o["mode"], "pooled_lengths", None, o["metric"]), []
             ).append(o)
 
-    out = {
-        k: []
-        for k in (
-            *KEY,
-            "n",
-            "n_models",
-            "pearson_r",
-            "fisher_ci_low",
-            "fisher_ci_high",
-            "boot_ci_low",
-            "boot_ci_high",
-            "p_value",
-            "n_boot",
-            "level",
-            "seed",
-            "method",
-            "note",
-        )
-    }
+    out: list[dict[str, object]] = []
     for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
         rows = groups[key]
         x = np.array([r["metric_value"] for r in rows], np.float64)
@@ -108,45 +103,18 @@ def model(dbt, session):
                 if fixed
                 else None
             )
-        nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
-        values = dict(zip(KEY, key))
-        values.update(
-            n=res.n,
-            n_models=len({r["model_id"] for r in rows}),
-            pearson_r=nan(res.r),
-            fisher_ci_low=nan(res.fisher_low),
-            fisher_ci_high=nan(res.fisher_high),
-            boot_ci_low=nan(res.boot_low),
-            boot_ci_high=nan(res.boot_high),
-            p_value=nan(res.p_value),
-            n_boot=n_boot,
-            level=level,
-            seed=seed,
-            method=method,
-            note=note,
+        out.append(
+            {
+                **dict(zip(KEY, key)),
+                **correlation_row(
+                    res,
+                    n_models=len({r["model_id"] for r in rows}),
+                    n_boot=n_boot,
+                    level=level,
+                    seed=seed,
+                    method=method,
+                    note=note,
+                ),
+            }
         )
-        for k, v in values.items():
-            out[k].append(v)
-    schema = pa.schema(
-        [
-            ("benchmark", pa.string()),
-            ("mode", pa.string()),
-            ("length_scope", pa.string()),
-            ("context_length_tokens", pa.int32()),
-            ("metric", pa.string()),
-            ("n", pa.int64()),
-            ("n_models", pa.int64()),
-            ("pearson_r", pa.float64()),
-            ("fisher_ci_low", pa.float64()),
-            ("fisher_ci_high", pa.float64()),
-            ("boot_ci_low", pa.float64()),
-            ("boot_ci_high", pa.float64()),
-            ("p_value", pa.float64()),
-            ("n_boot", pa.int64()),
-            ("level", pa.float64()),
-            ("seed", pa.int64()),
-            ("method", pa.string()),
-            ("note", pa.string()),
-        ]
-    )
-    return pa.table(out, schema=schema)
+    return correlation_table(KEY_FIELDS, out)

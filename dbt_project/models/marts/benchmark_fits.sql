@@ -29,3 +29,5 @@ select
     metric,
     {{ ols_line('xs', 'ys') }}
 from groups
+-- a stable row order for readers that select without ORDER BY
+order by benchmark, mode, length_scope, context_length_tokens, metric

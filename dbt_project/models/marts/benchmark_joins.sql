@@ -69,3 +69,5 @@ select
     o.source_table
 from observations as o
 join models as m using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by benchmark, mode, length_scope, context_length_tokens, metric, model_id

@@ -44,3 +44,5 @@ select
     {%- endfor %}
 from base as b
 left join checkpoints as c using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id

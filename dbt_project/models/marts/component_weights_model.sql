@@ -20,3 +20,5 @@ select
     count(component_weight) as n_heads
 from comps
 group by model_id, d, component
+-- a stable row order for readers that select without ORDER BY
+order by model_id, d, component

@@ -1,7 +1,9 @@
 -- Does the text a model was captured on change its numbers?  Every pair of captures of one model
 -- on different datasets (int_dataset_pairs: same hf_model and checkpoint, model_a < model_b),
--- compared head by head on the heads both hold, for each metric of var('comparison_metrics'):
--- difference = value(B) - value(A) on those heads and its interval.  The layer term comes from
+-- compared head by head on the heads both hold, for each metric of comparison_metrics() (the declared compared metrics,
+-- or the dbt var comparison_metrics when set):
+-- difference = value(A) - value(B) (estimate_a - estimate_b, as in model_comparisons and
+-- `qkwh compare A B` with A = model_a) on those heads and its interval.  The layer term comes from
 -- the layer-cluster bootstrap of the per-head differences (int_dataset_pair_replicates);
 -- when either capture has a document-group jackknife (model_metric_ci.se_documents), its
 -- SE_doc is added: se = sqrt(se_layers^2 + se_documents_a^2 + se_documents_b^2) and the
@@ -9,7 +11,7 @@
 -- interval is the bootstrap percentile interval of the differences (`interval` = 'layers').
 -- distinguishable = the interval excludes 0; NULL when there is no interval.
 {%- set level = var('ci_level') %}
-{%- set metrics = var('comparison_metrics') %}
+{%- set metrics = comparison_metrics() %}
 {%- set z = normal_z(level) %}
 with pairs as (
     select * from {{ ref('int_dataset_pairs') }}
@@ -37,7 +39,7 @@ point as (
         metric,
         value_a as estimate_a,
         value_b as estimate_b,
-        value_b - value_a as difference,
+        value_a - value_b as difference,
         case
             when metric like 'gauss_gap%' then 'ap_overall_empirical'
             when metric like '%_empirical' then 'ap_overall_empirical'
@@ -64,9 +66,9 @@ boot as (
         model_a,
         model_b,
         metric,
-        quantile_cont(value_b - value_a, {{ 0.5 - level / 2 }}) as q_low,
-        quantile_cont(value_b - value_a, {{ 0.5 + level / 2 }}) as q_high,
-        list_aggregate(list(value_b - value_a order by replicate), 'stddev_samp') as sd,
+        quantile_cont(value_a - value_b, {{ 0.5 - level / 2 }}) as q_low,
+        quantile_cont(value_a - value_b, {{ 0.5 + level / 2 }}) as q_high,
+        list_aggregate(list(value_a - value_b order by replicate), 'stddev_samp') as sd,
         count(*) as n_boot_valid
     from reps
     where replicate > 0
@@ -158,3 +160,5 @@ select
     end as note
 from bounds as c
 join pairs as p on p.model_a = c.model_a and p.model_b = c.model_b
+-- a stable row order for readers that select without ORDER BY
+order by model_a, model_b, metric

@@ -18,7 +18,15 @@ import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 from qkwh.analyses.correlation import weighted_pearson
-from qkwh.uncertainty import correlation_with_intervals
+from qkwh.bootstrap import correlation_row, correlation_table, correlation_with_intervals
+
+KEY_FIELDS = (
+    ("x_metric", pa.string()),
+    ("y_metric", pa.string()),
+    ("scope_kind", pa.string()),
+    ("scope", pa.string()),
+    ("family", pa.string()),
+)
 
 
 def model(dbt, session):
@@ -52,29 +60,7 @@ def model(dbt, session):
         draws.setdefault(r["model_id"], []).append(r["multiplicity"])
     draws = {k: np.asarray(v, np.float64) for k, v in draws.items()}
 
-    out = {
-        k: []
-        for k in (
-            "x_metric",
-            "y_metric",
-            "scope_kind",
-            "scope",
-            "family",
-            "n",
-            "n_models",
-            "pearson_r",
-            "fisher_ci_low",
-            "fisher_ci_high",
-            "boot_ci_low",
-            "boot_ci_high",
-            "p_value",
-            "n_boot",
-            "level",
-            "seed",
-            "method",
-            "note",
-        )
-    }
+    out: list[dict[str, object]] = []
     for x_name, y_name in pairs:
         rows = [
             h
@@ -112,48 +98,22 @@ def model(dbt, session):
                     fixed
                 )
             res = correlation_with_intervals(x, y, boot, level=level, min_n=min_n)
-            nan = lambda v: None if v is None or not math.isfinite(v) else v  # noqa: E731
-            for k, v in (
-                ("x_metric", x_name),
-                ("y_metric", y_name),
-                ("scope_kind", kind),
-                ("scope", scope),
-                ("family", fam),
-                ("n", res.n),
-                ("n_models", len(models)),
-                ("pearson_r", nan(res.r)),
-                ("fisher_ci_low", nan(res.fisher_low)),
-                ("fisher_ci_high", nan(res.fisher_high)),
-                ("boot_ci_low", nan(res.boot_low)),
-                ("boot_ci_high", nan(res.boot_high)),
-                ("p_value", nan(res.p_value)),
-                ("n_boot", n_boot),
-                ("level", level),
-                ("seed", seed),
-                ("method", "pearson; fisher_z; layer_cluster_bootstrap_percentile"),
-                ("note", note),
-            ):
-                out[k].append(v)
-    schema = pa.schema(
-        [
-            ("x_metric", pa.string()),
-            ("y_metric", pa.string()),
-            ("scope_kind", pa.string()),
-            ("scope", pa.string()),
-            ("family", pa.string()),
-            ("n", pa.int64()),
-            ("n_models", pa.int64()),
-            ("pearson_r", pa.float64()),
-            ("fisher_ci_low", pa.float64()),
-            ("fisher_ci_high", pa.float64()),
-            ("boot_ci_low", pa.float64()),
-            ("boot_ci_high", pa.float64()),
-            ("p_value", pa.float64()),
-            ("n_boot", pa.int64()),
-            ("level", pa.float64()),
-            ("seed", pa.int64()),
-            ("method", pa.string()),
-            ("note", pa.string()),
-        ]
-    )
-    return pa.table(out, schema=schema)
+            out.append(
+                {
+                    "x_metric": x_name,
+                    "y_metric": y_name,
+                    "scope_kind": kind,
+                    "scope": scope,
+                    "family": fam,
+                    **correlation_row(
+                        res,
+                        n_models=len(models),
+                        n_boot=n_boot,
+                        level=level,
+                        seed=seed,
+                        method="pearson; fisher_z; layer_cluster_bootstrap_percentile",
+                        note=note,
+                    ),
+                }
+            )
+    return correlation_table(KEY_FIELDS, out)

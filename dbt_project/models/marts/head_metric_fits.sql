@@ -57,3 +57,5 @@ select
     family,
     {{ ols_line('xs', 'ys') }}
 from groups
+-- a stable row order for readers that select without ORDER BY
+order by response, predictor, scope_kind, scope

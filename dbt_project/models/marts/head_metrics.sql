@@ -149,3 +149,5 @@ left join rot using (model_id, layer, q_head)
 left join pl_run using (model_id, layer, q_head)
 left join pl using (model_id, layer, q_head)
 left join gap_se as g using (model_id, layer, q_head)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, layer, q_head

@@ -23,3 +23,5 @@ select
     p.config_id
 from {{ ref('stg_rotation_pairs') }} as p
 join {{ ref('int_models') }} as m using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, layer, q_head, pair

@@ -19,3 +19,5 @@ select
     config_id_pca as config_id
 from {{ ref('head_metrics') }}
 where has_pca
+-- a stable row order for readers that select without ORDER BY
+order by model_id, layer, q_head

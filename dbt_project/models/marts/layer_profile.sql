@@ -81,3 +81,5 @@ select
         else 'rope'
     end as nope_adjacency
 from flagged
+-- a stable row order for readers that select without ORDER BY
+order by model_id, layer

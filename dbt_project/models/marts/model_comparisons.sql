@@ -1,4 +1,5 @@
--- Every pair of models (model_a < model_b) for each metric of var('comparison_metrics'):
+-- Every pair of models (model_a < model_b) for each metric of comparison_metrics() (the declared compared metrics,
+-- or the dbt var comparison_metrics when set):
 -- difference = estimate(a) - estimate(b) and its bootstrap interval from replicate b of a minus
 -- replicate b of b (the two models' layer draws are independent streams).  distinguishable =
 -- the interval excludes 0; NULL when either model has no interval for the metric.
@@ -7,7 +8,7 @@
 -- (`interval` = 'layers+documents'); else the percentile interval ('layers').
 {%- set level = var('ci_level') %}
 {%- set z = normal_z(level) %}
-{%- set metrics = var('comparison_metrics') %}
+{%- set metrics = comparison_metrics() %}
 with ci as (
     select * from {{ ref('model_metric_ci') }}
     where metric in ({% for m in metrics %}'{{ m }}'{{ ', ' if not loop.last }}{% endfor %})
@@ -119,3 +120,5 @@ select
                  || ' has a document jackknife; the other''s document noise is not counted'
     end as note
 from bounds as p
+-- a stable row order for readers that select without ORDER BY
+order by model_a, model_b, metric

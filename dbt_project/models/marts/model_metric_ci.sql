@@ -133,3 +133,5 @@ select
 from layers as p
 join models as m using (model_id)
 left join documents as d on d.model_id = p.model_id and d.metric = p.metric
+-- a stable row order for readers that select without ORDER BY
+order by model_id, metric

@@ -182,3 +182,5 @@ left join {{ ref('int_model_plasticity') }} as pl using (model_id)
 left join bins as b using (model_id)
 left join layers as l using (model_id)
 left join bench as be using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id

@@ -28,3 +28,5 @@ select
 from {{ ref('stg_plasticity_buckets') }} as b
 join {{ ref('int_models') }} as m using (model_id)
 where b.ap_bucket_empirical is not null
+-- a stable row order for readers that select without ORDER BY
+order by model_id, layer, q_head, q_bucket

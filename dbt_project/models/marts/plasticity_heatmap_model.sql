@@ -33,3 +33,5 @@ select
          then sqrt(greatest(c.sum_pp2 / c.n - (c.sum_pp / c.n) * (c.sum_pp / c.n), 0)) end as ap_sd
 from cells as c
 join {{ ref('int_models') }} as m using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, dx_bin, dm_bin

@@ -23,3 +23,5 @@ select
     b.is_preferred_metric
 from {{ ref('int_model_length_bins') }} as b
 join {{ ref('int_models') }} as m using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, bin_set, bin_index

@@ -102,3 +102,5 @@ select
         as within_tolerance
 from with_rule
 where rule_rank = 1
+-- a stable row order for readers that select without ORDER BY
+order by level, model_id, layer, metric, source_table

@@ -51,3 +51,5 @@ select
 from bands as b
 left join ci as q on q.model_id = b.model_id and q.metric = 'rope_q_energy_share_' || b.band
 left join ci as k on k.model_id = b.model_id and k.metric = 'rope_k_energy_share_' || b.band
+-- a stable row order for readers that select without ORDER BY
+order by model_id, {{ rope_band_order('band') }}

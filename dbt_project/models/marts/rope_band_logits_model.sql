@@ -46,3 +46,5 @@ select
     end as logit_sd
 from pooled as p
 join models as m using (model_id)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, {{ rope_band_order('band') }}, distance_bin

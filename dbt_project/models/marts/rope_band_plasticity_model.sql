@@ -108,3 +108,5 @@ join models as m using (model_id)
 left join counts as c using (model_id, band, variant, estimator)
 left join ci as i using (model_id, band, variant, estimator)
 left join full_profile as f using (model_id, band, variant, estimator)
+-- a stable row order for readers that select without ORDER BY
+order by model_id, {{ rope_band_order('band') }}, variant, estimator

@@ -32,3 +32,5 @@ select
 from planes as p
 join models as m using (model_id)
 group by p.model_id, m.label, m.family, p.band, p.plane, p.dim_a, p.dim_b, p.inv_freq
+-- a stable row order for readers that select without ORDER BY
+order by model_id, {{ rope_band_order('band') }}, plane, dim_a, inv_freq

@@ -21,3 +21,5 @@ select
     cast({{ var('taxonomy_high') }} as double) as taxonomy_high,
     cast({{ var('taxonomy_low') }} as double) as taxonomy_low
 from classes
+-- a stable row order for readers that select without ORDER BY
+order by class_order

@@ -37,3 +37,5 @@ from totals as t
 cross join {{ ref('taxonomy_classes') }} as c
 left join counts as n
     on n.scope_kind = t.scope_kind and n.scope = t.scope and n.taxonomy = c.taxonomy
+-- a stable row order for readers that select without ORDER BY
+order by scope_kind, scope, taxonomy

@@ -54,3 +54,5 @@ join models as m using (model_id)
 left join {{ ref('int_model_rotation') }} as r using (model_id)
 left join {{ ref('int_model_pca') }} as p using (model_id)
 where m.is_checkpoint
+-- a stable row order for readers that select without ORDER BY
+order by family, trajectory_rank

@@ -12,3 +12,4 @@ select
     config_id
 from {{ source('qkwh', 'head_jackknife') }} as t
 where {{ is_current_config('t', 'uncertainty') }}
+  and {{ uses_are_current('t', 'uncertainty', ['pca', 'rotation', 'plasticity']) }}

@@ -26,3 +26,4 @@ select
     config_id
 from {{ source('qkwh', 'rope_band_plasticity') }} as t
 where {{ is_current_config('t', 'rope') }}
+  and {{ uses_are_current('t', 'rope', ['plasticity']) }}

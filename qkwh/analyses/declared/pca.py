@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qkwh.analyses.declaration import Analysis, Column, Table
+from qkwh.analyses.declaration import HEAD_METRICS, Analysis, Column, ModelMetric, Table
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,63 @@ class PCAParams:
     sign_threshold: float = field(
         default=0.05, metadata={"ge": 0, "le": 1, "doc": "|r_q| below this anchors the sign on r_k"}
     )
+
+
+_HEAD_MEANS: tuple[tuple[str, str], ...] = (
+    ("pos_var_q_thesis", "positional variance share of the queries (thesis definition)"),
+    ("pos_var_k_thesis", "positional variance share of the keys (thesis definition)"),
+    ("pc0_share_pos_q", "share of PC0 in the queries' positional variance"),
+    ("pc0_share_pos_k", "share of PC0 in the keys' positional variance"),
+    ("pos_var_q_exact", "exact positional variance share of the queries"),
+    ("pos_var_k_exact", "exact positional variance share of the keys"),
+    ("qk_sep_pc0", "query / key separation along PC0"),
+    ("fisher_pc0", "Fisher ratio of queries vs keys along PC0"),
+    ("qk_acc_pc01", "query / key classification accuracy on PC0 and PC1"),
+)
+
+
+def _pca_metrics() -> tuple[ModelMetric, ...]:
+    """PCA model metrics (docs/metrics/aggregation.md#rotation-and-pca-summaries): head scalars
+    and per-component values averaged over heads, and the taxonomy fractions."""
+    out = [
+        ModelMetric(n, source=HEAD_METRICS, description=d + ", mean over heads", documents=True)
+        for n, d in _HEAD_MEANS
+    ]
+    out.append(
+        ModelMetric(
+            "frac_{class}",
+            expr="case when taxonomy = '{class}' then 1.0 when taxonomy is not null then 0.0 end",
+            source=HEAD_METRICS,
+            group="taxonomy",
+            per_taxonomy_class=True,
+            description="fraction of the model's heads of the taxonomy class",
+        )
+    )
+    for k in range(10):
+        for name, col, what in (
+            ("ev", "explained_variance_ratio", "explained variance ratio"),
+            ("r_q", "r_q", "position correlation of the queries"),
+            ("r_k", "r_k", "position correlation of the keys"),
+        ):
+            out.append(
+                ModelMetric(
+                    f"{name}_{k}",
+                    expr=col,
+                    source="pca_components",
+                    where=f"pc = {k}",
+                    description=f"{what} of principal component {k}, mean over heads",
+                )
+            )
+    out.append(
+        ModelMetric(
+            "abs_r_k_0",
+            expr="abs(r_k)",
+            source="pca_components",
+            where="pc = 0",
+            description="|position correlation| of the keys on PC0, mean over heads",
+        )
+    )
+    return tuple(out)
 
 
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:
@@ -35,6 +92,7 @@ ANALYSIS = Analysis(
     run="qkwh.analyses.pca:run",
     params=PCAParams,
     shared=("moments",),
+    metrics=_pca_metrics(),
     title="Combined Q/K PCA: principal components of the pooled queries and keys, and how they follow position",
     doc="metrics/pca.md",
     tables=(

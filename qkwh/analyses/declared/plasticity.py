@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from qkwh.analyses.declaration import Analysis, Column, Table
+from qkwh.analyses.declaration import HEAD_METRICS, Analysis, Column, ModelMetric, Table
 
 CovMode = Literal["full", "diag", "global_diag"]
 Eligibility = Literal["position", "strict_bucket"]
@@ -48,6 +48,105 @@ class PlasticityParams:
     )
 
 
+#: the two plasticity estimators: (name, column suffix of their head and model metrics)
+ESTIMATORS: tuple[tuple[str, str], ...] = (("gaussian", ""), ("empirical", "_empirical"))
+#: the model metrics the plasticity profile rule derives from a model's deciles (per estimator)
+PROFILE_DERIVED: tuple[str, ...] = (
+    "quintile_0",
+    "quintile_1",
+    "quintile_2",
+    "quintile_3",
+    "quintile_4",
+    "ap_first_20pct",
+    "ap_last_20pct",
+    "ap_drop",
+    "decile_4_5_mean",
+    "decile_6_7_mean",
+    "mid_context_recovery",
+)
+#: compared between models and datasets (and in ``qkwh compare``)
+_COMPARED = {
+    "ap_overall",
+    "ap_first_20pct",
+    "ap_last_20pct",
+    "ap_drop",
+    "ap_overall_empirical",
+    "ap_drop_empirical",
+}
+
+
+def _profile_metrics() -> tuple[ModelMetric, ...]:
+    """The model plasticity profile (docs/metrics/aggregation.md#model-plasticity-profile): per
+    estimator, ap_overall and the deciles as means over heads, then the quintiles, first / last
+    20 %, drop and the NoPE-study decile means derived from the model deciles; the regression
+    scalars; the Gaussian-minus-empirical gaps."""
+    out: list[ModelMetric] = []
+    for estimator, sfx in ESTIMATORS:
+        what = f" ({estimator} estimator)"
+        out.append(
+            ModelMetric(
+                f"ap_overall{sfx}",
+                source=HEAD_METRICS,
+                description="n-weighted attention plasticity of a head, mean over heads" + what,
+                documents=True,
+                compared=f"ap_overall{sfx}" in _COMPARED,
+                facets=(("profile", 1),),
+            )
+        )
+        for k in range(10):
+            out.append(
+                ModelMetric(
+                    f"decile_{k}{sfx}",
+                    source=HEAD_METRICS,
+                    description=f"plasticity of the head's decile {k} of context, mean over heads "
+                    "with a value there" + what,
+                    documents=True,
+                    facets=(("profile", 1),),
+                )
+            )
+    out += [
+        ModelMetric(
+            "q_beta_norm",
+            source=HEAD_METRICS,
+            unit="vector units",
+            description="norm of the query position-regression slope, mean over heads",
+            documents=True,
+        ),
+        ModelMetric(
+            "q_R2_pos",
+            source=HEAD_METRICS,
+            description="R^2 of the query position regression, mean over heads",
+            documents=True,
+        ),
+    ]
+    for estimator, sfx in ESTIMATORS:
+        for base in PROFILE_DERIVED:
+            name = f"{base}{sfx}"
+            out.append(
+                ModelMetric(
+                    name,
+                    agg="derived",
+                    rule="plasticity_profile",
+                    description=f"{base} of the model's decile profile ({estimator} estimator)",
+                    documents=True,
+                    compared=name in _COMPARED,
+                )
+            )
+    for name, what in (("gauss_gap", "ap_overall"), ("gauss_gap_drop", "ap_drop")):
+        out.append(
+            ModelMetric(
+                name,
+                agg="derived",
+                rule="gauss_gap",
+                group="gauss_gap",
+                description=f"Gaussian minus empirical {what} of the model",
+                documents=True,
+                compared=True,
+            )
+        )
+    return tuple(out)
+
+
 def _c(name: str, type_: str, unit: str, description: str, *, head_metric: bool = False) -> Column:
     return Column(name, type_, unit, description, head_metric=head_metric)
 
@@ -57,6 +156,7 @@ ANALYSIS = Analysis(
     run="qkwh.analyses.plasticity:run",
     params=PlasticityParams,
     shared=("query_moments", "key_layout"),
+    metrics=_profile_metrics(),
     title="Attention plasticity: how often a query bucket's attention order of two keys can flip",
     doc="metrics/plasticity.md",
     tables=(

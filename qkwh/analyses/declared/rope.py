@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from qkwh.analyses.declaration import Analysis, Column, Table
+from qkwh.analyses.declaration import Analysis, Column, ModelMetric, Table
+from qkwh.analyses.declared.plasticity import ESTIMATORS
 
 Layout = Literal["half", "interleaved"]
 Variants = Literal["only", "only,without"]
@@ -40,12 +41,78 @@ def _c(name: str, type_: str, unit: str, description: str) -> Column:
     return Column(name, type_, unit, description)
 
 
+#: the frequency bands (display order) and the two variants of band plasticity
+BANDS: tuple[str, ...] = ("high", "mid", "low", "unrotated")
+VARIANTS: tuple[str, ...] = ("only", "without")
+_MEANS: tuple[str, ...] = ("ap_overall", *(f"decile_{k}" for k in range(10)))
+_DERIVED: tuple[str, ...] = (
+    "quintile_0",
+    "quintile_1",
+    "quintile_2",
+    "quintile_3",
+    "quintile_4",
+    "ap_first_20pct",
+    "ap_last_20pct",
+    "ap_drop",
+)
+
+
+def _rope_metrics() -> tuple[ModelMetric, ...]:
+    """RoPE band metrics (docs/metrics/rope.md): band plasticity named
+    rope_<base>_<band>_<variant><estimator suffix> (means over heads of the band's ap_overall and
+    deciles, the rest derived from the replicate's model deciles), then the band energy shares."""
+    out: list[ModelMetric] = []
+    for estimator, sfx in ESTIMATORS:
+        for band in BANDS:
+            for variant in VARIANTS:
+                tail = f"_{band}_{variant}{sfx}"
+                for base in _MEANS + _DERIVED:
+                    mean = base in _MEANS
+                    out.append(
+                        ModelMetric(
+                            f"rope_{base}{tail}",
+                            expr=base if mean else "",
+                            agg="mean" if mean else "derived",
+                            rule="" if mean else "rope_profile",
+                            source="int_rope_band_head_plasticity" if mean else "",
+                            where=f"band = '{band}' and variant = '{variant}' "
+                            f"and estimator = '{estimator}'"
+                            if mean
+                            else "",
+                            description=f"{base} of the plasticity re-fitted on the {band} band's "
+                            f"dims ({variant}; {estimator} estimator)",
+                            compared=base == "ap_drop" and variant == "only" and not sfx,
+                            facets=(
+                                ("base", base),
+                                ("band", band),
+                                ("variant", variant),
+                                ("estimator", estimator),
+                                ("support_metric", f"rope_ap_overall{tail}"),
+                            ),
+                        )
+                    )
+    for band in BANDS:
+        for side, what in (("q", "query"), ("k", "key")):
+            out.append(
+                ModelMetric(
+                    f"rope_{side}_energy_share_{band}",
+                    expr=f"{side}_energy_share",
+                    source="int_rope_band_head_energy",
+                    where=f"band = '{band}'",
+                    description=f"share of the {what} energy in the {band} band, mean over heads",
+                    facets=(("band", band), ("column", f"{side}_energy_share")),
+                )
+            )
+    return tuple(out)
+
+
 ANALYSIS = Analysis(
     name="rope",
     run="qkwh.analyses.rope:run",
     params=RopeParams,
     uses=("plasticity",),
     shared=("query_moments", "key_layout"),
+    metrics=_rope_metrics(),
     title="RoPE frequency bands: energy, logit and plasticity per rotary plane and band",
     doc="metrics/rope.md",
     default=False,

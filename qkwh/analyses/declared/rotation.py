@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from qkwh.analyses.declaration import Analysis, Column, Table
+from qkwh.analyses.declaration import HEAD_METRICS, Analysis, Column, ModelMetric, Table
 
 BMode = Literal["eig", "centroid"]
 Pairing = Literal["independent", "same_example_nearest", "row_order"]
@@ -47,11 +47,104 @@ def _c(
     return Column(name, type_, unit, description, head_metric=head_metric, null_as=null_as)
 
 
+_HEAD_MEANS: tuple[tuple[str, str, str], ...] = (
+    ("position_r", "1", "position correlation of the rotation angle"),
+    ("abs_r_q_a", "1", "|position correlation| of the queries on axis a"),
+    ("abs_r_k_a", "1", "|position correlation| of the keys on axis a"),
+    ("abs_alpha_q", "1", "|rotation slope| of the queries"),
+    ("abs_alpha_k", "1", "|rotation slope| of the keys"),
+    ("alpha_q", "1", "rotation slope of the queries"),
+    ("alpha_k", "1", "rotation slope of the keys"),
+    ("mu_q_a", "vector units", "query mean on axis a"),
+    ("mu_k_a", "vector units", "key mean on axis a"),
+    ("bias_strength", "vector units", "bias strength mu_q_a * mu_k_a"),
+    ("separation_strength", "vector units", "query / key separation strength"),
+    ("var_frac_a", "1", "variance share of axis a"),
+    ("var_frac_b", "1", "variance share of axis b"),
+    ("plane_var_fraction", "1", "variance share of the rotation plane"),
+    ("content_var_b", "vector units", "content variance on axis b"),
+    ("content_var_b_frac", "1", "content share of the variance on axis b"),
+    ("n_active_pairs", "pairs", "active rotation pairs"),
+    ("active_var_frac", "1", "variance share of the active pairs"),
+)
+_COMPARED = {"bias_strength", "abs_r_k_a", "plane_var_fraction"}
+
+
+def _rotation_metrics() -> tuple[ModelMetric, ...]:
+    """Rotation model metrics (docs/metrics/aggregation.md#rotation-and-pca-summaries; degenerate
+    heads carry NULL metrics and drop out)."""
+    out = [
+        ModelMetric(
+            n,
+            source=HEAD_METRICS,
+            unit=u,
+            description=d + ", mean over heads",
+            documents=True,
+            compared=n in _COMPARED,
+        )
+        for n, u, d in _HEAD_MEANS
+    ]
+    for name, expr, what in (
+        (
+            "frac_bias_positive",
+            "case when bias_strength > 0 then 1.0 when bias_strength is not null then 0.0 end",
+            "fraction of heads with bias_strength > 0",
+        ),
+        (
+            "frac_mu_q_a_positive",
+            "case when mu_q_a > 0 then 1.0 when mu_q_a is not null then 0.0 end",
+            "fraction of heads with mu_q_a > 0",
+        ),
+        (
+            "frac_var_b_gt_a",
+            "case when var_frac_b > var_frac_a then 1.0 "
+            "when var_frac_b is not null and var_frac_a is not null then 0.0 end",
+            "fraction of heads with var_frac_b > var_frac_a",
+        ),
+    ):
+        out.append(
+            ModelMetric(name, expr=expr, source=HEAD_METRICS, description=what, documents=True)
+        )
+    out += [
+        ModelMetric(
+            "bias_strength_median",
+            expr="bias_strength",
+            agg="median",
+            source=HEAD_METRICS,
+            unit="vector units",
+            description="median over heads of bias_strength",
+        ),
+        ModelMetric(
+            "slope_ratio_kq_median",
+            expr="slope_ratio_kq",
+            agg="median",
+            source=HEAD_METRICS,
+            description="median over heads of the key / query slope ratio",
+        ),
+        ModelMetric(
+            "max_residual_pos_r",
+            expr="residual_pos_r",
+            agg="max",
+            source=HEAD_METRICS,
+            description="largest residual position correlation of a head",
+        ),
+        ModelMetric(
+            "bias_strength_ctx",
+            agg="derived",
+            rule="bias_strength_ctx",
+            unit="vector units x tokens",
+            description="mean bias_strength times the model's context length",
+        ),
+    ]
+    return tuple(out)
+
+
 ANALYSIS = Analysis(
     name="rotation",
     run="qkwh.analyses.rotation:run",
     params=RotationParams,
     shared=("moments",),
+    metrics=_rotation_metrics(),
     title=(
         "Planar rotation model: the position axis a, the query/key separation axis b and the "
         "complement's RoPE planes"

@@ -1,7 +1,8 @@
--- `qkwh compare A B` for two captures of one model on different datasets: the dataset_comparisons
--- rows of the pair (heads both captures hold, paired layer draws), oriented as A - B whichever
--- order the mart stores them in (it stores B - A of model_a < model_b), with each capture's own
--- interval from model_metric_ci (the combined one where it has a document jackknife).
+-- `qkwh compare A B`: the comparison rows of one pair, oriented as A - B whichever order the mart
+-- stores them in, with each model's own interval from model_metric_ci (the combined one where
+-- the model has a document jackknife).  {comparisons} is model_comparisons (two models) or
+-- dataset_comparisons (two captures of one model on different datasets: heads both hold,
+-- paired layer draws); both store estimate_a - estimate_b of model_a < model_b.
 -- $1 = model A, $2 = model B, $3 = metric names (VARCHAR[]) or NULL for every compared metric.
 WITH pair AS (
     SELECT
@@ -9,7 +10,7 @@ WITH pair AS (
         model_a = $1 AS as_stored,
         estimate_a, estimate_b, difference, ci_low, ci_high, distinguishable, "interval",
         n_boot, level, seed, note
-    FROM dataset_comparisons
+    FROM {comparisons}
     WHERE (model_a = $1 AND model_b = $2) OR (model_a = $2 AND model_b = $1)
 )
 SELECT
@@ -24,12 +25,12 @@ SELECT
     CASE WHEN p.as_stored THEN p.estimate_b ELSE p.estimate_a END AS estimate_b,
     coalesce(b.ci_low_combined, b.ci_low) AS ci_low_b,
     coalesce(b.ci_high_combined, b.ci_high) AS ci_high_b,
-    CASE WHEN p.as_stored THEN -p.difference ELSE p.difference END AS difference,
-    CASE WHEN p.as_stored THEN -p.ci_high ELSE p.ci_low END AS ci_low,
-    CASE WHEN p.as_stored THEN -p.ci_low ELSE p.ci_high END AS ci_high,
+    CASE WHEN p.as_stored THEN p.difference ELSE -p.difference END AS difference,
+    CASE WHEN p.as_stored THEN p.ci_low ELSE -p.ci_high END AS ci_low,
+    CASE WHEN p.as_stored THEN p.ci_high ELSE -p.ci_low END AS ci_high,
     p.distinguishable,
     p."interval",
-    true AS paired,
+    '{comparisons}' = 'dataset_comparisons' AS paired,
     p.level,
     p.n_boot,
     p.seed,

@@ -1,4 +1,4 @@
-"""qkwh.uncertainty: the correlation statistics the dbt correlation models call."""
+"""qkwh.bootstrap: the correlation statistics the dbt correlation models call."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from qkwh.analyses.correlation import pearson_pvalue, weighted_pearson
-from qkwh.uncertainty import (
+from qkwh.bootstrap import (
     correlation_with_intervals,
     fisher_interval,
     pearson,

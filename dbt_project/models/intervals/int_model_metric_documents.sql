@@ -11,10 +11,10 @@
 -- for metrics with at least two such groups.  One row per (model, metric) with a value.
 {%- set cat = head_metric_catalogue() %}
 {%- set scalar = [] %}
-{#- head scalars averaged over heads: PCA, rotation, and the plasticity regression scalars (the
-    plasticity profile itself comes from the buckets below) -#}
-{%- for e in cat if e.agg == 'mean' and (e.grp in ('pca', 'rotation') or (e.grp == 'plasticity'
-    and not e.metric.startswith('ap_overall') and not e.metric.startswith('decile_'))) %}{% do scalar.append(e) %}{% endfor %}
+{#- head scalars averaged over heads that declare a document term (documents): PCA, rotation, and
+    the plasticity regression scalars (the plasticity profile itself, declared with the facet
+    profile, comes from the buckets below) -#}
+{%- for e in cat if e.agg == 'mean' and e.documents and e.profile is not defined %}{% do scalar.append(e) %}{% endfor %}
 {#- the head_jackknife metrics the scalar expressions read: head_metrics column names; abs_x = abs(x) -#}
 {%- set raw = ['bias_strength', 'mu_q_a', 'var_frac_a', 'var_frac_b'] %}
 {%- for e in scalar if e.expr == e.metric and not e.metric.startswith('abs_') and e.metric not in raw %}{% do raw.append(e.metric) %}{% endfor %}
@@ -22,7 +22,7 @@
 {%- for e in scalar if e.expr == e.metric and e.metric.startswith('abs_') %}{% do absolute.append(e.metric[4:]) %}{% endfor %}
 {%- set derived = derived_metric_groups() %}
 {%- set derived_names = [] %}
-{%- for name in derived.keys() if name != 'bias_strength_ctx' %}{% do derived_names.append(name) %}{% endfor %}
+{%- for e in model_metric_catalogue() if e.metric in derived and e.documents %}{% do derived_names.append(e.metric) %}{% endfor %}
 with models as (
     select model_id, context_length from {{ ref('int_models') }}
 ),

@@ -6,28 +6,15 @@ count of each layer in cluster_index order (int_bootstrap_clusters), so a replic
 heads is dot(multiplicity, layer sums) / dot(multiplicity, layer counts).
 
 Each model has its own random stream, numpy default_rng([seed, h(model_id)]) with h a stable
-hash of the model id: adding or removing a model leaves every other model's draws unchanged,
+hash of the model id (qkwh.bootstrap.stream, the one implementation; the draws are
+qkwh.bootstrap.draw_layers): adding or removing a model leaves every other model's draws unchanged,
 and a rerun with the same seed gives identical draws.  Models with fewer than min_layers layers
 get replicate 0 only (no interval).
 """
 
-import hashlib
-
-import numpy as np
 import pyarrow as pa
 
-
-def model_stream(seed: int, model_id: str) -> np.random.Generator:
-    h = int.from_bytes(hashlib.sha256(model_id.encode("utf-8")).digest()[:8], "little")
-    return np.random.default_rng([int(seed), h])
-
-
-def draw(n_layers: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot + 1, n_layers) float64 multiplicities; row 0 all ones, rows 1.. sum to n_layers."""
-    picks = rng.integers(0, n_layers, size=(n_boot, n_layers))
-    flat = (picks + n_layers * np.arange(n_boot)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=n_boot * n_layers).reshape(n_boot, n_layers)
-    return np.vstack([np.ones((1, n_layers)), counts]).astype(np.float64)
+from qkwh.bootstrap import draw_layers, stream
 
 
 def model(dbt, session):
@@ -46,7 +33,7 @@ def model(dbt, session):
     for row in clusters:
         n = int(row["n_layers"])
         b = n_boot if n >= min_layers else 0
-        m = draw(n, b, model_stream(seed, row["model_id"]))
+        m = draw_layers(n, b, stream(seed, row["model_id"]))
         ids += [row["model_id"]] * (b + 1)
         reps += list(range(b + 1))
         n_lay += [n] * (b + 1)

@@ -1,10 +1,12 @@
 -- Every head-level input of a model-level metric in long form (model_id, layer, q_head, metric,
--- value): the expressions of head_metric_catalogue() over head_metrics and the per-component
--- values of pc_metric_catalogue() over stg_pca_components and the RoPE band plasticity of
--- rope_head_metrics() over int_rope_band_head_plasticity, and the band energy shares of
--- rope_energy_metrics() over int_rope_band_head_energy.  NULL values are left out.
+-- value): the declared metrics (model_metric_catalogue()) that are not derived -- the
+-- expressions of head_metric_catalogue() over head_metrics, the RoPE band plasticity of
+-- rope_head_metrics() over int_rope_band_head_plasticity, and every other one
+-- (relation_metric_catalogue(): per-component PCA values, band energy shares, metrics of
+-- analyses of your own) as its expression over its source relation's rows.  NULL values are
+-- left out.
 {%- set cat = head_metric_catalogue() %}
-{%- set pcs = pc_metric_catalogue() %}
+{%- set others = relation_metric_catalogue() %}
 with wide as (
     select
         model_id,
@@ -14,12 +16,6 @@ with wide as (
         cast({{ e.expr }} as double) as "{{ e.metric }}"{{ ',' if not loop.last }}
         {%- endfor %}
     from {{ ref('head_metrics') }}
-),
-
-components as (
-    select c.*
-    from {{ ref('stg_pca_components') }} as c
-    where c.model_id in (select model_id from {{ ref('int_models') }})
 ),
 
 rope_catalogue as (
@@ -50,20 +46,14 @@ unpivot (value for metric in (
     "{{ e.metric }}"{{ ',' if not loop.last }}
     {%- endfor %}
 ))
-{%- for e in pcs %}
+{%- for e in others %}
 union all
 select model_id, layer, q_head, '{{ e.metric }}' as metric, cast({{ e.expr }} as double) as value
-from components
-where pc = {{ e.pc }} and {{ e.expr }} is not null
+from {{ ref(e.source) }}
+where {{ '(' ~ e.where ~ ') and ' if e.where }}({{ e.expr }}) is not null
 {%- endfor %}
 union all
 select r.model_id, r.layer, r.q_head, k.metric, cast(r.value as double) as value
 from rope_long as r
 join rope_catalogue as k using (band, variant, estimator, base)
 where r.value is not null
-{%- for e in rope_energy_metrics() %}
-union all
-select model_id, layer, q_head, '{{ e.metric }}' as metric, cast({{ e.column }} as double) as value
-from {{ ref('int_rope_band_head_energy') }}
-where band = '{{ e.band }}'
-{%- endfor %}

@@ -1,7 +1,11 @@
-"""Correlation statistics with intervals, for the dbt Python models that derive them.
+"""Bootstrap random streams and draws, and correlation statistics with intervals, for the dbt
+Python models that derive them.
 
-Pure numpy / scipy functions (no I/O, no DuckDB): the dbt models ``family_correlations`` and
-``benchmark_correlations`` load their rows, call these and write the results.  Every function
+Pure numpy / scipy / pyarrow functions (no I/O, no DuckDB): the dbt models
+``int_bootstrap_draws`` (the layer-cluster draws of every interval: :func:`stream`,
+:func:`draw_layers`), ``family_correlations`` and ``benchmark_correlations`` (one row per
+correlation: :func:`correlation_row`, :func:`correlation_table`) load their rows, call these and
+write the results.  Every function
 accumulates in float64 and takes an explicit random generator where it draws.
 
 Pearson r and its p-value come from :mod:`qkwh.analyses.correlation` (the one implementation,
@@ -17,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 from scipy import stats
 
 from qkwh.analyses.correlation import pearson_pvalue, weighted_pearson
@@ -30,6 +35,16 @@ def stable_hash(text: str) -> int:
 def stream(seed: int, key: str) -> np.random.Generator:
     """The random stream of one unit (a model, a correlation group): ``default_rng([seed, h(key)])``."""
     return np.random.default_rng([int(seed), stable_hash(key)])
+
+
+def draw_layers(n_layers: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Layer-cluster bootstrap multiplicities: (n_boot + 1, n_layers) float64, row 0 all ones (the
+    point estimate), rows 1.. how often each layer is drawn when n_layers layers are drawn with
+    replacement (each row sums to n_layers).  ``rng``: the model's :func:`stream`."""
+    picks = rng.integers(0, n_layers, size=(n_boot, n_layers))
+    flat = (picks + n_layers * np.arange(n_boot)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n_layers).reshape(n_boot, n_layers)
+    return np.vstack([np.ones((1, n_layers)), counts]).astype(np.float64)
 
 
 def pearson(x: np.ndarray, y: np.ndarray, *, min_n: int = 3) -> float:
@@ -138,3 +153,62 @@ def jackknife_se(values: np.ndarray) -> float:
     if g < 2:
         return math.nan
     return math.sqrt((g - 1) / g * float(np.sum((v - v.mean()) ** 2)))
+
+
+#: the columns of a correlation row after its key (family_correlations, benchmark_correlations)
+CORRELATION_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
+    ("n", pa.int64()),
+    ("n_models", pa.int64()),
+    ("pearson_r", pa.float64()),
+    ("fisher_ci_low", pa.float64()),
+    ("fisher_ci_high", pa.float64()),
+    ("boot_ci_low", pa.float64()),
+    ("boot_ci_high", pa.float64()),
+    ("p_value", pa.float64()),
+    ("n_boot", pa.int64()),
+    ("level", pa.float64()),
+    ("seed", pa.int64()),
+    ("method", pa.string()),
+    ("note", pa.string()),
+)
+
+
+def _finite_or_none(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else v
+
+
+def correlation_row(
+    res: CorrelationResult,
+    *,
+    n_models: int,
+    n_boot: int,
+    level: float,
+    seed: int,
+    method: str,
+    note: str | None,
+) -> dict[str, object]:
+    """The columns :data:`CORRELATION_FIELDS` of one correlation (non-finite values as None)."""
+    return {
+        "n": res.n,
+        "n_models": n_models,
+        "pearson_r": _finite_or_none(res.r),
+        "fisher_ci_low": _finite_or_none(res.fisher_low),
+        "fisher_ci_high": _finite_or_none(res.fisher_high),
+        "boot_ci_low": _finite_or_none(res.boot_low),
+        "boot_ci_high": _finite_or_none(res.boot_high),
+        "p_value": _finite_or_none(res.p_value),
+        "n_boot": n_boot,
+        "level": level,
+        "seed": seed,
+        "method": method,
+        "note": note,
+    }
+
+
+def correlation_table(
+    key_fields: tuple[tuple[str, pa.DataType], ...], rows: list[dict[str, object]]
+) -> pa.Table:
+    """The correlation rows (each: its key columns, then :func:`correlation_row`) as a table with
+    the key columns followed by :data:`CORRELATION_FIELDS`."""
+    schema = pa.schema([*key_fields, *CORRELATION_FIELDS])
+    return pa.table({f.name: [r[f.name] for r in rows] for f in schema}, schema=schema)
