@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qkwh.analyses.declaration import Analysis, Column, Table
+from qkwh.analyses.declaration import Analysis, Column, ModelMetric, Table
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,26 @@ ANALYSIS = Analysis(
     title="Softmax reach: where each head's attention mass goes, by distance",
     doc="metrics/reach.md",
     default=False,
+    metrics=(
+        ModelMetric("reach", description="softmax reach, mean over heads", compared=True),
+        ModelMetric(
+            "reach_drop",
+            description="reach of the first minus the last 20 % of the context, mean over heads",
+            compared=True,
+        ),
+        ModelMetric("local_mass", description="mass in distance bin 0, mean over heads"),
+        ModelMetric("far_mass", description="mass at distance >= L_ctx / 2, mean over heads"),
+        ModelMetric(
+            "sink_mass",
+            description="mass on the first keep_first positions, mean over heads with a value",
+        ),
+        ModelMetric(
+            "globality_gap",
+            source="int_reach_head_plasticity",
+            description="fraction of heads with ap_overall >= the model's median and reach <= "
+            "its median (pairwise plastic, softmax local)",
+        ),
+    ),
     tables=(
         Table(
             "reach_buckets",
