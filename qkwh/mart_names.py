@@ -27,6 +27,8 @@ MARTS: frozenset[str] = frozenset(
         "plasticity_heatmap_model",
         "plasticity_length_bins",
         "published_comparison",
+        "reach_head_metrics",
+        "reach_mass_by_distance",
         "rope_band_energy",
         "rope_band_logits_model",
         "rope_band_plasticity_model",

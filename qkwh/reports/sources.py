@@ -40,5 +40,8 @@ MARTS: frozenset[str] = frozenset(
         "rope_energy_spectrum",
         "rope_band_plasticity_model",
         "rope_band_logits_model",
+        "reach_mass_by_distance",
+        "reach_head_metrics",
+        "model_reach_limits",
     }
 )
