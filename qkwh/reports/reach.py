@@ -13,7 +13,7 @@ import altair as alt
 from qkwh.reports.base import Absent, Drawn, Marts, finite, model_look, model_tooltip, table_of
 from qkwh.reports.catalogue import figure, section
 
-SECTION = section("Softmax reach", order=35)
+SECTION = section("Softmax reach", order=37)
 NOT_COMPUTED = "no softmax reach results (run `qkwh compute --analyses reach` and `qkwh build`)"
 
 
