@@ -22,3 +22,4 @@ select
 from {{ ref('benchmark_scores') }} as s
 join {{ ref('model_reach_limits') }} as l using (model_id)
 where s.context_length_tokens is not null
+order by s.benchmark, mode, s.context_length_tokens, s.model_id

@@ -26,3 +26,4 @@ select
 from {{ ref('stg_reach_heads') }} as r
 left join {{ ref('int_reach_head_plasticity') }} as p
     on p.model_id = r.model_id and p.layer = r.layer and p.q_head = r.q_head
+order by r.model_id, r.layer, r.q_head

@@ -13,3 +13,4 @@ select
     avg(b.mass_exact) as mass_exact
 from {{ ref('stg_reach_buckets') }} as b
 group by b.model_id, b.q_bucket, b.distance_bin
+order by b.model_id, b.q_bucket, b.distance_bin
