@@ -1243,6 +1243,9 @@ def capture(
             help="Expected kept positions per bucket per document (uniform/log_uniform).",
         ),
     ] = 1.0,
+    keep_first: Annotated[
+        int, typer.Option("--keep-first", help="Keep the first S positions of every document.")
+    ] = 4,
     heads: Annotated[
         int, typer.Option("--heads", help="Query heads to sample (all if the model has fewer).")
     ] = 300,
@@ -1312,6 +1315,7 @@ def capture(
         bucket_size=bucket_size,
         sampler=sampler,
         base_rate=base_rate,
+        keep_first=keep_first,
         heads=heads,
         head_seed=head_seed,
         examples=examples,

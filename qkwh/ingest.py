@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 
-from qkwh import rope_sources, store
+from qkwh import reach_inputs, rope_sources, store
 from qkwh.errors import InputError, QkwhError, WriteFailedError, write_failure
 from qkwh.ids import case_collision, check_model_id
 from qkwh.models_csv import ModelEntry, load_registry, match
@@ -449,6 +449,9 @@ def _ingest_into(
             gqa_ratio=facts.gqa_ratio,
         )
         findings += _metadata_findings(meta, stats)
+        findings += reach_inputs.ingest_findings(
+            meta.metadata, strategy=facts.sampling_strategy, bucket_size=facts.bucket_size
+        )
         rope_rows, rope_findings = _rope_rows(
             meta, stats, facts, registry, hub=origin["source_kind"] in ("hub", "hub_remote")
         )

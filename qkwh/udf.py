@@ -34,6 +34,7 @@ from qkwh.analyses.registry import Analysis, Table
 from qkwh.analyses.types import AnalysisResult
 from qkwh.compute.frequencies import ROPE_ANALYSIS, load_rope_planes
 from qkwh.params import RunConfig
+from qkwh.reach_inputs import REACH_ANALYSIS, load_attention_facts
 
 #: the argument of every analysis function: one row of ``head_inputs(model_id)``
 HEAD_STRUCT = (
@@ -90,7 +91,7 @@ def _ints(values: pa.Array) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _head(row: dict[str, pa.Scalar], config: RunConfig, rope=None):
+def _head(row: dict[str, pa.Scalar], config: RunConfig, rope=None, attention=None):
     """The :class:`HeadData` of one ``head_inputs`` row, or None when it has no q or no k rows.
     ``rope``: (model_id, layer) -> RoPE planes (:func:`qkwh.compute.frequencies.load_rope_planes`)."""
     from qkwh.compute.work import build_head
@@ -122,6 +123,7 @@ def _head(row: dict[str, pa.Scalar], config: RunConfig, rope=None):
         config=config,
         label=f"{model_id} L{layer}H{q_head}",
         rope=(rope or {}).get((model_id, layer)),
+        attention=(attention or {}).get(model_id),
     )
 
 
@@ -184,7 +186,7 @@ def _structs(
     return pa.StructArray.from_arrays(children, fields=list(typ), mask=mask)
 
 
-def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType, rope=None):
+def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType, rope=None, attention=None):
     def fn(heads: pa.Array | pa.ChunkedArray) -> pa.Array:
         from threadpoolctl import threadpool_limits
 
@@ -199,11 +201,14 @@ def _function(analysis: Analysis, config: RunConfig, typ: pa.StructType, rope=No
         with threadpool_limits(limits=1):
             for i in range(len(heads)):
                 head = (
-                    _head({name: columns[name][i] for name in names}, config, rope)
+                    _head({name: columns[name][i] for name in names}, config, rope, attention)
                     if heads[i].is_valid
                     else None
                 )
-                if head is not None and head.rope is None and analysis.name == ROPE_ANALYSIS:
+                if head is not None and (
+                    (head.rope is None and analysis.name == ROPE_ANALYSIS)
+                    or (head.attention is None and analysis.name == REACH_ANALYSIS)
+                ):
                     # frequencies unknown: no rows, as compute leaves the model out
                     results.append(AnalysisResult())
                     continue
@@ -227,6 +232,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
     analyses = registry.analyses()
     columns = table_columns(tuple(t for a in analyses for t in a.tables))
     rope = load_rope_planes(con) if ROPE_ANALYSIS in registry.names() else {}
+    attention = load_attention_facts(con) if REACH_ANALYSIS in registry.names() else {}
     for analysis in analyses:
         ret = return_type(analysis, columns)
         try:
@@ -235,7 +241,7 @@ def register(con: duckdb.DuckDBPyConnection, config: RunConfig | None = None) ->
             pass
         con.create_function(
             analysis.udf_name,
-            _function(analysis, config, _arrow_type(ret), rope),
+            _function(analysis, config, _arrow_type(ret), rope, attention),
             [HEAD_STRUCT],
             ret,  # type: ignore[call-overload]
             type="arrow",

@@ -434,10 +434,16 @@
         {"metric": "rope_k_energy_share_low", "expr": "k_energy_share", "agg": "mean", "grp": "rope", "source": "int_rope_band_head_energy", "where": "band = 'low'", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "rope", "band": "low", "column": "k_energy_share"},
         {"metric": "rope_q_energy_share_unrotated", "expr": "q_energy_share", "agg": "mean", "grp": "rope", "source": "int_rope_band_head_energy", "where": "band = 'unrotated'", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "rope", "band": "unrotated", "column": "q_energy_share"},
         {"metric": "rope_k_energy_share_unrotated", "expr": "k_energy_share", "agg": "mean", "grp": "rope", "source": "int_rope_band_head_energy", "where": "band = 'unrotated'", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "rope", "band": "unrotated", "column": "k_energy_share"},
+        {"metric": "reach", "expr": "reach", "agg": "mean", "grp": "reach", "source": "stg_reach_heads", "where": "", "rule": "", "unit": "1", "compared": true, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
+        {"metric": "reach_drop", "expr": "reach_drop", "agg": "mean", "grp": "reach", "source": "stg_reach_heads", "where": "", "rule": "", "unit": "1", "compared": true, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
+        {"metric": "local_mass", "expr": "local_mass", "agg": "mean", "grp": "reach", "source": "stg_reach_heads", "where": "", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
+        {"metric": "far_mass", "expr": "far_mass", "agg": "mean", "grp": "reach", "source": "stg_reach_heads", "where": "", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
+        {"metric": "sink_mass", "expr": "sink_mass", "agg": "mean", "grp": "reach", "source": "stg_reach_heads", "where": "", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
+        {"metric": "globality_gap", "expr": "globality_gap", "agg": "mean", "grp": "reach", "source": "int_reach_head_plasticity", "where": "", "rule": "", "unit": "1", "compared": false, "documents": false, "per_taxonomy_class": false, "analysis": "reach"},
     ]) -%}
 {%- endmacro %}
 
 {# The metrics compared between models and datasets (dbt var comparison_metrics overrides). #}
 {% macro declared_comparison_metrics() -%}
-    {%- do return(["abs_r_k_a", "bias_strength", "plane_var_fraction", "ap_overall", "ap_overall_empirical", "ap_first_20pct", "ap_last_20pct", "ap_drop", "ap_drop_empirical", "gauss_gap", "gauss_gap_drop", "rope_ap_drop_high_only", "rope_ap_drop_mid_only", "rope_ap_drop_low_only", "rope_ap_drop_unrotated_only"]) -%}
+    {%- do return(["abs_r_k_a", "bias_strength", "plane_var_fraction", "ap_overall", "ap_overall_empirical", "ap_first_20pct", "ap_last_20pct", "ap_drop", "ap_drop_empirical", "gauss_gap", "gauss_gap_drop", "rope_ap_drop_high_only", "rope_ap_drop_mid_only", "rope_ap_drop_low_only", "rope_ap_drop_unrotated_only", "reach", "reach_drop"]) -%}
 {%- endmacro %}

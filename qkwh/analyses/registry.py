@@ -36,7 +36,7 @@ from qkwh.analyses.declaration import (  # noqa: F401 (re-exported: the registry
 
 #: the modules of :mod:`qkwh.analyses.declared` registered at import, in this order (the order
 #: of run-config sections, status columns and dispatch)
-BUILTIN: tuple[str, ...] = ("pca", "rotation", "plasticity", "rope", "uncertainty")
+BUILTIN: tuple[str, ...] = ("pca", "rotation", "plasticity", "rope", "uncertainty", "reach")
 
 _REGISTRY: dict[str, Analysis] = {}
 

@@ -42,6 +42,52 @@ class RopePlanes:
 
 
 @dataclass(frozen=True)
+class AttentionFacts:
+    """What the softmax of a head needs beyond its vectors (the ``reach`` analysis,
+    docs/metrics/reach.md): the capture's sampler facts and the model's attention scaling.
+
+    Attributes
+    ----------
+    sampler : 'uniform' | 'log_uniform' | 'all', the capture's position sampler
+    sampler_bucket_size : m of the sampler (the min bucket size for 'log_uniform'), tokens
+    base_rate : the sampler's base rate (keep probability min(1, base_rate / m) or
+        min(1, base_rate / 2^bucket)); unused by 'all'
+    keep_first : S, positions below it were kept with probability 1 (0 when not recorded)
+    scaling : tau, the score is tau * q.k; None = unknown (1/sqrt(d) is used and said)
+    softcap : c, the logit soft-cap c * tanh(s / c), None without
+    """
+
+    sampler: str
+    sampler_bucket_size: int
+    base_rate: float
+    keep_first: int = 0
+    scaling: float | None = None
+    softcap: float | None = None
+
+
+@dataclass(frozen=True)
+class ExactAttention:
+    """The model's own attention of each query row, recorded at capture (optional q-file
+    columns, docs/input-format.md).  Rows align with ``HeadData.q``; NaN where a row has none.
+
+    bins : (n_q, R) float64 mass per distance bin floor((t - s) / m)
+    distance : (n_q,) float64 mean distance t - s under the attention, tokens
+    entropy : (n_q,) float64 entropy of the attention, nats
+    sink : (n_q,) float64 mass on positions < 4
+    """
+
+    bins: np.ndarray
+    distance: np.ndarray
+    entropy: np.ndarray
+    sink: np.ndarray
+
+    def take(self, idx: np.ndarray | None) -> ExactAttention:
+        if idx is None:
+            return self
+        return ExactAttention(self.bins[idx], self.distance[idx], self.entropy[idx], self.sink[idx])
+
+
+@dataclass(frozen=True)
 class HeadData:
     """One analysed head: Q (n_q x d) and K (n_k x d) with their row metadata.
 
@@ -57,6 +103,9 @@ class HeadData:
     layer, q_head : only used to derive seeds (docs/README.md#parameters-and-modes), never for I/O
     rope : the :class:`RopePlanes` of the head's layer, or None when unknown (read by the
         ``rope`` analysis only)
+    attention : the :class:`AttentionFacts` of the head's model, or None when unknown (read by
+        the ``reach`` analysis only)
+    exact : the :class:`ExactAttention` of the q rows, or None when the capture did not record it
     """
 
     q: np.ndarray
@@ -73,6 +122,8 @@ class HeadData:
     layer: int = 0
     q_head: int = 0
     rope: RopePlanes | None = None
+    attention: AttentionFacts | None = None
+    exact: ExactAttention | None = None
 
     @property
     def d(self) -> int:

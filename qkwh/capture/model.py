@@ -370,6 +370,8 @@ def attention_hook(lm: Any, callback: AttentionCallback) -> Iterator[None]:
     def hooked(module, query, key, value, attention_mask, **kwargs):
         layer = getattr(module, "layer_idx", None)
         if layer is not None and query.shape[-2] == key.shape[-2]:
+            if hasattr(callback, "layer_attention"):  # its scaling and soft-cap (exact attention)
+                callback.layer_attention(int(layer), module, kwargs)
             callback(int(layer), query, key, kwargs.get("sliding_window"))
         return delegate_for(module)(module, query, key, value, attention_mask, **kwargs)
 

@@ -42,6 +42,9 @@ class ExampleRows:
     rows: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, int | None]] = field(
         default_factory=dict
     )
+    # (layer, head) -> the exact attention of its kept q rows (qkwh.capture.exact)
+    exact: dict[tuple[int, int], dict[str, np.ndarray]] = field(default_factory=dict)
+    n_bins: int = 0  # distance bins of ``exact``
 
     def add(
         self,
@@ -102,15 +105,18 @@ def write_part(
         "configs": [config_name(*k) for k in keys],
         "rows": [int(ex.rows[k][0].size) for k in keys],
     }
-    schema = pa.schema(
-        [
-            ("bucket", pa.int32()),
-            ("example_id", pa.int32()),
-            ("position", pa.int32()),
-            ("vector", pa.list_(pa.float32(), int(head_dim))),
-            ("sliding_window", pa.int32()),
-        ]
-    ).with_metadata({_META_KEY: json.dumps(info).encode()})
+    from qkwh.capture import exact
+
+    fields = [
+        ("bucket", pa.int32()),
+        ("example_id", pa.int32()),
+        ("position", pa.int32()),
+        ("vector", pa.list_(pa.float32(), int(head_dim))),
+        ("sliding_window", pa.int32()),
+    ]
+    schema = pa.schema(fields + (exact.schema_fields() if ex.exact else [])).with_metadata(
+        {_META_KEY: json.dumps(info).encode()}
+    )
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, compression="zstd", use_dictionary=False) as writer:
         for key in keys:
@@ -127,6 +133,11 @@ def write_part(
                     "sliding_window": pa.array(
                         np.full(n, window if window is not None else 0, dtype=np.int32),
                         mask=np.full(n, window is None),
+                    ),
+                    **(
+                        exact.arrow_columns(ex.exact.get((key[0], key[1])), n, ex.n_bins)
+                        if ex.exact and key[2] == "q"
+                        else (exact.arrow_columns(None, n, 0) if ex.exact else {})
                     ),
                 },
                 schema=schema,
@@ -229,6 +240,15 @@ def finalise(
             window = windows.pop()
             bucket = table.column("bucket").to_numpy()
             vec = table.column("vector").combine_chunks().values.to_numpy().reshape(-1, head_dim)
+            extra = None
+            if (
+                "attn_distance" in table.column_names
+                and table.column("attn_distance").null_count < table.num_rows
+            ):
+                extra = {
+                    c: table.column(c).combine_chunks()
+                    for c in ("attn_bins", "attn_distance", "attn_entropy", "attn_sink")
+                }
             write_vectors_file(
                 data_path(out, layer, head, kind),
                 position=table.column("position").to_numpy(),
@@ -236,6 +256,7 @@ def finalise(
                 bucket=bucket,
                 vectors=vec,
                 sliding_window=window,
+                extra=extra,
             )
             ids, counts = np.unique(bucket, return_counts=True)
             for b, c in zip(ids.tolist(), counts.tolist()):

@@ -26,6 +26,14 @@ import numpy as np
 
 from qkwh.capture import parts as P
 from qkwh.capture.card import render_card
+from qkwh.capture.exact import (
+    SCALE_KEY,
+    SOFTCAP_KEY,
+    LayerAttention,
+    config_metadata,
+    exact_attention,
+    layer_attention,
+)
 from qkwh.capture.model import DTYPES, resolve
 from qkwh.capture.sampling import (
     HeadSelection,
@@ -63,6 +71,7 @@ class CaptureSettings:
     bucket_size: int | None = None
     sampler: str = "uniform"
     base_rate: float = 1.0
+    keep_first: int = 4
     heads: int = 300
     head_seed: int = 0
     examples: int | None = None
@@ -98,9 +107,9 @@ class CaptureSettings:
         if self.examples is not None and self.examples < 1:
             raise InputError(f"--examples must be at least 1, not {self.examples}")
         try:
-            SamplerSpec(self.sampler, self.bucket_size or 1, self.base_rate)
+            SamplerSpec(self.sampler, self.bucket_size or 1, self.base_rate, self.keep_first)
         except ValueError as exc:
-            raise InputError(f"--sampler/--base-rate: {exc}") from None
+            raise InputError(f"--sampler/--base-rate/--keep-first: {exc}") from None
         if self.dtype not in DTYPES:
             raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         resolve(self.model)
@@ -201,7 +210,7 @@ def plan(settings: CaptureSettings, info: Any) -> Plan:
             f"--bucket-size {bucket} does not divide --max-length {max_length}: "
             f"{settings.sampler} buckets must tile the context"
         )
-    spec = SamplerSpec(settings.sampler, bucket, settings.base_rate)
+    spec = SamplerSpec(settings.sampler, bucket, settings.base_rate, settings.keep_first)
     try:
         selection = select_heads(
             num_layers=info.num_layers,
@@ -226,6 +235,27 @@ class _Collector:
         self.example: P.ExampleRows | None = None
         self.skipped_sliding: set[int] = set()
         self.seen: set[int] = set()
+        self.attention: dict[int, LayerAttention] = {}
+        self.seen_ever: set[int] = set()  # layer -> its softmax (exact attention)
+
+    def layer_attention(self, layer: int, module: Any, kwargs: dict[str, Any]) -> None:
+        """Called by the hook before each attention call: the layer's scaling and soft-cap."""
+        self.attention[layer] = layer_attention(
+            module, kwargs, int(getattr(module, "head_dim", 0) or 0) or 1
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """The attention scaling and soft-cap of the captured layers, for the saver state (one
+        value when every captured layer agrees; otherwise the keys are left out)."""
+        out: dict[str, Any] = {}
+        used = [a for layer, a in sorted(self.attention.items()) if layer in self.seen_ever]
+        for key, values in (
+            (SCALE_KEY, {a.scaling for a in used}),
+            (SOFTCAP_KEY, {a.softcap for a in used}),
+        ):
+            if len(values) == 1 and None not in values:
+                out[key] = values.pop()
+        return out
 
     def __call__(self, layer: int, query: Any, key: Any, sliding_window: int | None) -> None:
         import torch
@@ -264,9 +294,25 @@ class _Collector:
                 .index_select(1, idx)
             )
             vectors = rows.detach().to(device="cpu", dtype=torch.float32).numpy()  # (n_heads, K, d)
+            if kind == "q" and layer in self.attention:
+                ratio = max(1, int(query.shape[1]) // int(key.shape[1]))
+                kv = torch.tensor([h // ratio for h in heads], device=tensor.device)
+                m = self.plan.spec.effective_bucket_size
+                ex.n_bins = -(-self.plan.max_length // m)
+                exact = exact_attention(
+                    tensor[0].index_select(0, torch.tensor(heads, device=tensor.device)).cpu(),
+                    key[0].index_select(0, kv).cpu(),
+                    keep,
+                    attention=self.attention[layer],
+                    bucket_size=m,
+                    n_bins=ex.n_bins,
+                )
+                for i, head in enumerate(heads):
+                    ex.exact[(layer, head)] = {c: v[i] for c, v in exact.items()}
             for i, head in enumerate(heads):
                 ex.add(layer, head, kind, keep, vectors[i], sliding_window)
         self.seen.add(layer)
+        self.seen_ever.add(layer)
 
 
 def _require_extra() -> None:
@@ -391,7 +437,8 @@ def capture(
         collector.skipped_sliding | _sliding_excluded(pl, settings)
     )
     say("writing the sniffer files")
-    _finish(out, settings, record, pl, info, source, done, report)
+    attention = {**collector.metadata(), **config_metadata(lm.config)}
+    _finish(out, settings, record, pl, info, source, done, report, attention)
     return report
 
 
@@ -408,6 +455,7 @@ def _finish(
     source: TextSource,
     done: dict[int, P.PartInfo],
     report: CaptureReport,
+    attention: dict[str, Any] | None = None,
 ) -> None:
     P.remove_stale_temporaries(out)
     files, buckets = P.finalise(out, done.values(), head_dim=info.head_dim)
@@ -422,6 +470,7 @@ def _finish(
         **info.metadata(),
         **pl.spec.metadata(),
         **pl.selection.metadata,
+        **(attention or {}),
         "num_examples": len(done),
         "tokenizer_max_length": pl.max_length,
         "total_tokens": sum(p.tokens for p in done.values()),

@@ -19,6 +19,7 @@ Only :func:`keep_mask` needs torch (the generator is torch's); everything else i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import random
@@ -106,6 +107,7 @@ class SamplerSpec:
     strategy: str = "uniform"
     bucket_size: int = 512
     base_rate: float = 1.0
+    keep_first: int = 0  # positions below it are kept with probability 1 (q and k alike)
 
     def __post_init__(self) -> None:
         if self.strategy not in SAMPLERS:
@@ -114,6 +116,8 @@ class SamplerSpec:
             raise ValueError(f"bucket size must be at least 1 token, not {self.bucket_size}")
         if not (self.base_rate > 0 and math.isfinite(self.base_rate)):
             raise ValueError(f"base rate must be a positive number, not {self.base_rate}")
+        if int(self.keep_first) < 0:
+            raise ValueError(f"keep-first must be at least 0, not {self.keep_first}")
 
     @property
     def min_bucket_power(self) -> int:
@@ -161,6 +165,8 @@ class SamplerSpec:
         else:
             out["sampling_bucket_size"] = int(self.bucket_size)
             out["sampling_keep_probability"] = self.keep_probability
+        if self.keep_first:
+            out["sampling_keep_first"] = int(self.keep_first)
         return out
 
 
@@ -173,6 +179,16 @@ def keep_mask(
     """
     if spec.strategy == "all":
         return np.ones(int(seq_len), dtype=bool)
+    if spec.keep_first:
+        mask = keep_mask(
+            dataclasses.replace(spec, keep_first=0),
+            example_id=example_id,
+            layer=layer,
+            kind=kind,
+            seq_len=seq_len,
+        )
+        mask[: int(spec.keep_first)] = True
+        return mask
     import torch
 
     gen = torch.Generator(device="cpu")

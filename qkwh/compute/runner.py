@@ -41,6 +41,7 @@ from qkwh.errors import (
     unknown_names,
 )
 from qkwh.params import RunConfig
+from qkwh.reach_inputs import REACH_ANALYSIS, load_attention_facts, missing_facts_warning
 
 
 @dataclass
@@ -302,6 +303,12 @@ def compute(
                         (m, ROPE_ANALYSIS, unknown_frequency_warning(m))
                         for m in sorted({u.model_id for u in units} - known_rope)
                     ]
+                attention = load_attention_facts(con, models) if REACH_ANALYSIS in analyses else {}
+                if REACH_ANALYSIS in analyses:
+                    left_out += [
+                        (m, REACH_ANALYSIS, missing_facts_warning(m))
+                        for m in sorted({u.model_id for u in units} - set(attention))
+                    ]
                 notes = few_documents(con, models, config) if JACKKNIFE_ANALYSIS in analyses else []
                 tasks = plan(
                     units,
@@ -311,7 +318,10 @@ def compute(
                     config,
                     force=force,
                     rope=rope,
-                    left_out={m: (a,) for m, a, _ in left_out},
+                    left_out={
+                        m: tuple(a for n, a, _ in left_out if n == m) for m, _, _ in left_out
+                    },
+                    attention=attention,
                 )
                 report = ComputeReport(
                     len(units),

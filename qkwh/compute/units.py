@@ -16,7 +16,7 @@ import qkwh
 from qkwh.analyses import registry
 from qkwh.analyses.precompute import code_files
 from qkwh.analyses.registry import Analysis
-from qkwh.analyses.types import RopePlanes
+from qkwh.analyses.types import AttentionFacts, RopePlanes
 from qkwh.params import RunConfig
 
 
@@ -103,6 +103,7 @@ class GroupTask:
         tuple[str, str], ...
     ] = ()  # (analysis, config_id): results leave as keyed Arrow
     rope: RopePlanes | None = None  # the RoPE planes of the group's layer (rope_frequencies)
+    attention: AttentionFacts | None = None  # the model's sampler facts (reach)
 
     @property
     def n_heads(self) -> int:
@@ -119,6 +120,7 @@ def plan(
     force: bool = False,
     rope: Mapping[tuple[str, int], RopePlanes] | None = None,
     left_out: Mapping[str, Collection[str]] | None = None,
+    attention: Mapping[str, AttentionFacts] | None = None,
 ) -> list[GroupTask]:
     """Group heads by k file, keeping only the (head, analysis) pairs that need computing.
 
@@ -150,6 +152,7 @@ def plan(
             declarations,
             ids,
             rope.get((model_id, layer)),
+            (attention or {}).get(model_id),
         )
         for (model_id, layer, _), g in groups.items()
     ]

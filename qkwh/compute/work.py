@@ -22,11 +22,12 @@ from qkwh.analyses import precompute as pre
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
 from qkwh.analyses.stats import cap_rows
-from qkwh.analyses.types import AnalysisResult, HeadData, RopePlanes
+from qkwh.analyses.types import AnalysisResult, AttentionFacts, ExactAttention, HeadData, RopePlanes
 from qkwh.columns import as_arrow
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, HeadUnit
 from qkwh.params import RunConfig
+from qkwh.reach_inputs import REACH_ANALYSIS, read_exact
 from qkwh.sniffed.reader import FileData, read_file
 
 
@@ -102,13 +103,16 @@ def build_head(
     config: RunConfig,
     label: str = "head",
     rope: RopePlanes | None = None,
+    attention: AttentionFacts | None = None,
+    exact: ExactAttention | None = None,
 ) -> HeadData:
     """One head's :class:`HeadData` from its q rows and k rows (in file order), with the
     ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path), and
     its layer's RoPE planes (``rope``, None when unknown)."""
     if q[0].shape[1] != k[0].shape[1]:
         raise ValueError(f"{label}: q has d={q[0].shape[1]} but k has d={k[0].shape[1]}")
-    qv, qt, qe, qb = _take(q, cap_rows(len(q[1]), config.max_tokens_per_head, config.seed))
+    q_idx = cap_rows(len(q[1]), config.max_tokens_per_head, config.seed)
+    qv, qt, qe, qb = _take(q, q_idx)
     kv, ks, ke, kb = _take(k, cap_rows(len(k[1]), config.max_tokens_per_head, config.seed))
     return HeadData(
         q=qv,
@@ -125,6 +129,8 @@ def build_head(
         layer=int(layer),
         q_head=int(q_head),
         rope=rope,
+        attention=attention,
+        exact=None if exact is None else exact.take(q_idx),
     )
 
 
@@ -151,6 +157,8 @@ def head_data(
     k: FileData | Rows,
     config: RunConfig,
     rope: RopePlanes | None = None,
+    attention: AttentionFacts | None = None,
+    exact: ExactAttention | None = None,
 ) -> HeadData:
     """The head of ``unit`` from its q file and its k file (or the group's :func:`group_key_rows`),
     with its layer's RoPE planes (``rope``)."""
@@ -165,6 +173,8 @@ def head_data(
         config=config,
         label=unit.label,
         rope=rope,
+        attention=attention,
+        exact=exact,
     )
 
 
@@ -218,7 +228,10 @@ def _run_group(task: GroupTask) -> list[HeadOutcome]:
     for unit, analyses in zip(task.heads, task.analyses):
         t0 = time.perf_counter()
         try:
-            head = head_data(unit, read_file(unit.q_path), k_rows, task.config, task.rope)
+            exact = read_exact(unit.q_path) if REACH_ANALYSIS in analyses else None
+            head = head_data(
+                unit, read_file(unit.q_path), k_rows, task.config, task.rope, task.attention, exact
+            )
             results = run_analyses(
                 head, [declared.get(a, a) for a in analyses], task.config, keys=keys
             )

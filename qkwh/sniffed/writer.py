@@ -57,8 +57,10 @@ def write_vectors_file(
     bucket: np.ndarray,
     vectors: np.ndarray,
     sliding_window: int | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write one sniffer file atomically.
+    """Write one sniffer file atomically.  ``extra``: optional columns (Arrow arrays of n rows)
+    appended after the standard ones (the exact attention of ``qkwh capture``).
 
     Columns (docs/input-format.md): bucket int32, example_id int32, position int32,
     vector fixed_size_list<float32>[d], sliding_window int32 (null for full attention);
@@ -81,6 +83,7 @@ def write_vectors_file(
             "position": pa.array(np.asarray(position, dtype=np.int32), type=pa.int32()),
             "vector": pa.FixedSizeListArray.from_arrays(flat, d),
             "sliding_window": window,
+            **dict(extra or {}),
         }
     )
     sink = pa.BufferOutputStream()

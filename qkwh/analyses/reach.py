@@ -1,0 +1,374 @@
+"""Softmax reach of one head (docs/metrics/reach.md).
+
+Plasticity compares two keys at a time; the softmax normalises over every admissible key.  This
+analysis estimates, from the same sampled vectors, where the softmax mass of each query goes as a
+function of distance, with a Horvitz-Thompson sum over the kept keys:
+
+* score s_ij = tau * q_i . k_j (tau = the capture's recorded scaling, else 1/sqrt(d)), with a
+  soft-cap c: s <- c * tanh(s / c);
+* admissible keys of query (e, t): same example, key position s <= t and t - s < W when the row
+  has a sliding window W;
+* keep probability pi(s) of key position s from the capture's sampler (``uniform``:
+  min(1, base_rate / m); ``log_uniform``: min(1, base_rate / 2^bucket(s)); ``all``: 1), and 1
+  below ``keep_first``;
+* w_ij = exp(s_ij - max_j s_ij) / pi(s_j), Z_i = sum_j w_ij; mass_i(r) = the share of Z_i in
+  distance bin r = floor((t - s) / m); distance_i = sum w (t - s) / Z; reach_i = distance_i /
+  uniform_i with uniform_i = min(t, W - 1) / 2 the mean distance under uniform attention over the
+  admissible positions; sink_i = the share on positions < keep_first; ess_i = Z^2 / sum w^2.
+
+Queries at position 0 (more generally with a single admissible position) and queries without a
+kept admissible key are skipped and counted.  With every key kept (pi = 1) the estimate is the
+exact softmax of the sampled keys; otherwise it is a ratio estimator (bias O(1/n)).
+
+Two tables (all arithmetic in float64): ``reach_buckets`` (per query bucket and distance bin
+r <= the bucket's largest query bin: n_queries, mass, uniform_mass, lift, mass_exact) and
+``reach_heads`` (one row).  The exact counterparts come from the capture's optional q-file
+columns (``HeadData.exact``), averaged over the same queries as the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qkwh.analyses.declared.reach import ReachParams
+from qkwh.analyses.types import AnalysisResult, AttentionFacts, HeadData
+
+BUCKETS, HEADS = "reach_buckets", "reach_heads"
+#: (query, key) cells of one block (bounds the temporaries: a few float64 arrays of this size)
+BLOCK_CELLS = 1 << 20
+#: the positions the exact ``attn_sink`` column covers (docs/input-format.md)
+EXACT_SINK_POSITIONS = 4
+
+
+def keep_probability(positions: np.ndarray, facts: AttentionFacts) -> np.ndarray:
+    """(n,) float64 keep probability pi(s) of each key position under the capture's sampler."""
+    s = np.asarray(positions, dtype=np.int64)
+    m = int(facts.sampler_bucket_size)
+    rate = float(facts.base_rate)
+    if facts.sampler == "all":
+        p = np.ones(s.shape, dtype=np.float64)
+    elif facts.sampler == "uniform":
+        p = np.full(s.shape, min(1.0, rate / m), dtype=np.float64)
+    elif facts.sampler == "log_uniform":
+        first = 0 if m <= 1 else math.ceil(math.log2(m))
+        bucket = np.maximum(first, np.floor(np.log2(s + 1.0)).astype(np.int64))
+        p = np.minimum(1.0, rate / np.exp2(bucket.astype(np.float64)))
+    else:
+        raise ValueError(f"reach: unknown sampler {facts.sampler!r}")
+    p[s < int(facts.keep_first)] = 1.0
+    return p
+
+
+def scaling_of(facts: AttentionFacts, d: int) -> tuple[float, str]:
+    """(tau, scaling_source): the recorded scaling, else 1/sqrt(d) said as 'default'."""
+    if facts.scaling is not None and math.isfinite(facts.scaling) and facts.scaling > 0:
+        return float(facts.scaling), "capture"
+    return 1.0 / math.sqrt(d), "default"
+
+
+def admissible_span(t: np.ndarray, window: int | None) -> np.ndarray:
+    """(n,) D = the largest admissible distance of each query: min(t, W - 1) (t without window)."""
+    t = np.asarray(t, dtype=np.int64)
+    return t if window is None else np.minimum(t, int(window) - 1)
+
+
+def uniform_bin_shares(span: np.ndarray, n_bins: int, m: int) -> np.ndarray:
+    """(n, R) the share of the admissible distances 0..D of each query in bin r (uniform
+    attention over positions, from positions alone)."""
+    lo = np.arange(n_bins, dtype=np.int64) * m
+    hi = np.minimum(lo + m - 1, span[:, None])
+    count = np.clip(hi - lo + 1, 0, None)
+    return count / (span[:, None] + 1.0)
+
+
+@dataclass(frozen=True)
+class QueryEstimates:
+    """Per-query estimates of one head (n = queries used).
+
+    index : (n,) int64 the q rows used;  mass : (n, R) float64;  distance, reach, far, sink,
+    ess : (n,) float64 (far: NaN for queries before L_ctx / 2; sink: NaN when keep_first = 0)
+    log_z : (n,) float64 log of the Horvitz-Thompson Z_i = sum_j exp(s_ij) / pi_j;  skipped : int
+    """
+
+    index: np.ndarray
+    mass: np.ndarray
+    distance: np.ndarray
+    reach: np.ndarray
+    far: np.ndarray
+    sink: np.ndarray
+    ess: np.ndarray
+    log_z: np.ndarray
+    skipped: int
+
+
+def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
+    """The Horvitz-Thompson estimates of every query of ``head`` (module docstring)."""
+    m, L = int(head.bucket_size), int(head.context_length)
+    n_bins = max(1, -(-L // m))
+    tau, _ = scaling_of(facts, head.d)
+    cap = facts.softcap if facts.softcap is not None and facts.softcap > 0 else None
+    sink_n = int(facts.keep_first)
+    window = head.sliding_window
+    half = L / 2.0
+
+    q = np.asarray(head.q, dtype=np.float64)
+    k = np.asarray(head.k, dtype=np.float64)
+    t_all = np.asarray(head.q_pos, dtype=np.int64)
+    s_all = np.asarray(head.k_pos, dtype=np.int64)
+    qe, ke = np.asarray(head.q_example), np.asarray(head.k_example)
+    pi_all = keep_probability(s_all, facts)
+    k_order = np.argsort(ke, kind="stable")
+    k_ex_sorted = ke[k_order]
+
+    n_q = q.shape[0]
+    used = np.zeros(n_q, dtype=bool)
+    mass = np.zeros((n_q, n_bins))
+    distance = np.full(n_q, np.nan)
+    far = np.full(n_q, np.nan)
+    sink = np.full(n_q, np.nan)
+    ess = np.full(n_q, np.nan)
+    log_z = np.full(n_q, np.nan)
+
+    for e in np.unique(qe):
+        rows = np.flatnonzero(qe == e)
+        lo = int(np.searchsorted(k_ex_sorted, e, side="left"))
+        hi = int(np.searchsorted(k_ex_sorted, e, side="right"))
+        cols = k_order[lo:hi]
+        if cols.size == 0:
+            continue
+        ks, kpi, kv = s_all[cols], pi_all[cols], k[cols]
+        step = max(1, BLOCK_CELLS // cols.size)
+        for b0 in range(0, rows.size, step):
+            r = rows[b0 : b0 + step]
+            t = t_all[r]
+            delta = t[:, None] - ks[None, :]
+            ok = delta >= 0
+            if window is not None:
+                ok &= delta < int(window)
+            score = tau * (q[r] @ kv.T)
+            if cap is not None:
+                score = cap * np.tanh(score / cap)
+            score = np.where(ok, score, -np.inf)
+            top = score.max(axis=1)
+            has = np.isfinite(top) & (admissible_span(t, window) > 0)
+            if not has.any():
+                continue
+            r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
+            w = np.where(ok, np.exp(score - top[:, None]), 0.0) / kpi[None, :]
+            zi = w.sum(axis=1)
+            share = w / zi[:, None]
+            dbin = np.clip(delta // m, 0, n_bins - 1)
+            flat = (np.arange(r.size)[:, None] * n_bins + dbin)[ok]
+            mass[r] = np.bincount(flat, weights=share[ok], minlength=r.size * n_bins).reshape(
+                r.size, n_bins
+            )
+            distance[r] = (share * np.where(ok, delta, 0)).sum(axis=1)
+            far_i = (share * (delta >= half)).sum(axis=1)
+            far[r] = np.where(t >= half, far_i, np.nan)
+            if sink_n > 0:
+                sink[r] = (share * (ks[None, :] < sink_n)).sum(axis=1)
+            ess[r] = zi**2 / (w**2).sum(axis=1)
+            log_z[r] = np.log(zi) + top
+            used[r] = True
+
+    idx = np.flatnonzero(used)
+    uniform = admissible_span(t_all[idx], window) / 2.0
+    return QueryEstimates(
+        index=idx,
+        mass=mass[idx],
+        distance=distance[idx],
+        reach=distance[idx] / uniform,
+        far=far[idx],
+        sink=sink[idx],
+        ess=ess[idx],
+        log_z=log_z[idx],
+        skipped=int(n_q - idx.size),
+    )
+
+
+def _mean(x: np.ndarray) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else float("nan")
+
+
+def run(
+    head: HeadData, params: ReachParams, *, seed: int = 0, shared: Any = None
+) -> AnalysisResult:
+    """``reach_buckets`` and ``reach_heads`` of one head (module docstring).
+
+    Raises ``ValueError`` when the head's model has no sampler facts (``head.attention``)."""
+    facts = head.attention
+    if facts is None:
+        raise ValueError(
+            "reach: the capture's sampler facts (sampler, bucket size, base rate) of this head's "
+            "model are unknown; the analysis is not run without them"
+        )
+    _, source = scaling_of(facts, head.d)
+    est = query_estimates(head, facts)
+    m, L = int(head.bucket_size), int(head.context_length)
+    n_bins = est.mass.shape[1]
+    idx = est.index
+    t = np.asarray(head.q_pos, dtype=np.int64)[idx]
+    qb = np.asarray(head.q_bucket, dtype=np.int64)[idx]
+    span = admissible_span(t, head.sliding_window)
+    shares = uniform_bin_shares(span, n_bins, m)
+
+    exact = head.exact
+    ex_bins: np.ndarray | None = None
+    if exact is not None:
+        eb = np.asarray(exact.bins, dtype=np.float64)[idx]
+        ex_bins = np.full((idx.size, n_bins), np.nan)
+        w = min(n_bins, eb.shape[1]) if eb.ndim == 2 else 0
+        ex_bins[:, :w] = eb[:, :w]
+
+    out_b: dict[str, list] = {c: [] for c in ("q_bucket", "distance_bin", "n_queries")}
+    mass_rows, uni_rows, exact_rows = [], [], []
+    for b in np.unique(qb):
+        sel = qb == b
+        r_max = min(n_bins - 1, int((t[sel] // m).max()))
+        n = int(sel.sum())
+        out_b["q_bucket"] += [int(b)] * (r_max + 1)
+        out_b["distance_bin"] += list(range(r_max + 1))
+        out_b["n_queries"] += [n] * (r_max + 1)
+        mass_rows.append(est.mass[sel, : r_max + 1].mean(axis=0))
+        uni_rows.append(shares[sel, : r_max + 1].mean(axis=0))
+        if ex_bins is not None:
+            exact_rows.append(
+                np.array([_mean(ex_bins[sel, r]) for r in range(r_max + 1)], dtype=np.float64)
+            )
+        else:
+            exact_rows.append(np.full(r_max + 1, np.nan))
+    cat = (lambda xs: np.concatenate(xs)) if mass_rows else (lambda xs: np.empty(0))
+    mass_col, uni_col, exact_col = cat(mass_rows), cat(uni_rows), cat(exact_rows)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lift = np.where(uni_col > 0, mass_col / np.where(uni_col > 0, uni_col, 1.0), np.nan)
+    result = AnalysisResult()
+    result.add(
+        BUCKETS,
+        {
+            "q_bucket": np.asarray(out_b["q_bucket"], dtype=np.int32),
+            "distance_bin": np.asarray(out_b["distance_bin"], dtype=np.int32),
+            "n_queries": np.asarray(out_b["n_queries"], dtype=np.int32),
+            "mass": mass_col,
+            "uniform_mass": uni_col,
+            "lift": lift,
+            "mass_exact": exact_col,
+        },
+    )
+
+    edge = float(params.edge_fraction)
+    first = _mean(est.reach[t < edge * L])
+    last = _mean(est.reach[t >= (1.0 - edge) * L])
+    reach_exact = sink_exact = entropy_exact = float("nan")
+    if exact is not None and idx.size:
+        reach_exact = _mean(np.asarray(exact.distance, dtype=np.float64)[idx] / (span / 2.0))
+        sink_exact = _mean(np.asarray(exact.sink, dtype=np.float64)[idx])
+        entropy_exact = _mean(np.asarray(exact.entropy, dtype=np.float64)[idx])
+    result.add(
+        HEADS,
+        {
+            "reach": np.array([_mean(est.reach)]),
+            "reach_first_20pct": np.array([first]),
+            "reach_last_20pct": np.array([last]),
+            "reach_drop": np.array([first - last]),
+            "local_mass": np.array([_mean(est.mass[:, 0]) if idx.size else float("nan")]),
+            "far_mass": np.array([_mean(est.far)]),
+            "sink_mass": np.array([_mean(est.sink)]),
+            "mean_ess": np.array([_mean(est.ess)]),
+            "n_queries_used": np.array([idx.size], dtype=np.int32),
+            "n_queries_skipped": np.array([est.skipped], dtype=np.int32),
+            "scaling_source": np.array([source], dtype=object),
+            "reach_exact": np.array([reach_exact]),
+            "sink_mass_exact": np.array([sink_exact]),
+            "entropy_exact": np.array([entropy_exact]),
+        },
+    )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# estimator quality: subsample a head captured with every key kept, compare with the exact
+# ---------------------------------------------------------------------------------------------
+def subsample(head: HeadData, facts: AttentionFacts, rng: np.random.Generator) -> HeadData:
+    """A copy of ``head`` with its q rows and k rows kept independently with the keep
+    probability of ``facts`` (as a capture with that sampler would have kept them); the exact
+    columns follow their q rows.  ``head`` is typically a capture with every key kept."""
+    import dataclasses
+
+    keep_q = rng.random(len(head.q_pos)) < keep_probability(head.q_pos, facts)
+    keep_k = rng.random(len(head.k_pos)) < keep_probability(head.k_pos, facts)
+    return dataclasses.replace(
+        head,
+        q=head.q[keep_q],
+        q_pos=head.q_pos[keep_q],
+        q_example=head.q_example[keep_q],
+        q_bucket=head.q_bucket[keep_q],
+        k=head.k[keep_k],
+        k_pos=head.k_pos[keep_k],
+        k_example=head.k_example[keep_k],
+        k_bucket=head.k_bucket[keep_k],
+        attention=facts,
+        exact=None if head.exact is None else head.exact.take(np.flatnonzero(keep_q)),
+    )
+
+
+#: head metrics compared by :func:`estimate_errors`
+QUALITY_METRICS = ("reach", "local_mass", "far_mass", "sink_mass")
+
+
+def estimate_errors(
+    head: HeadData,
+    facts: AttentionFacts,
+    *,
+    draws: int,
+    rng: np.random.Generator,
+    params: ReachParams | None = None,
+) -> dict[str, np.ndarray]:
+    """Estimate minus exact over ``draws`` subsamples of ``head`` (which must carry exact
+    columns), on the very queries each estimate used.
+
+    Returns ``<metric>`` (draws,) float64 for each of :data:`QUALITY_METRICS` (NaN where a draw
+    has no value, e.g. sink_mass without keep_first) and ``bins`` (draws, R) float64: the
+    error of the mean mass per distance bin r over the draw's used queries that reach bin r.
+    """
+    if head.exact is None:
+        raise ValueError("reach: estimate_errors needs a head with exact attention columns")
+    params = params or ReachParams()
+    m, L = int(head.bucket_size), int(head.context_length)
+    out: dict[str, list] = {k: [] for k in (*QUALITY_METRICS, "bins")}
+    for _ in range(draws):
+        sub = subsample(head, facts, rng)
+        est = query_estimates(sub, facts)
+        assert sub.exact is not None
+        idx = est.index
+        t = sub.q_pos[idx]
+        ex_bins = np.asarray(sub.exact.bins, dtype=np.float64)[idx]
+        n_bins = min(est.mass.shape[1], ex_bins.shape[1])
+        span = admissible_span(t, sub.sliding_window)
+        exact = {
+            "reach": _mean(np.asarray(sub.exact.distance)[idx] / (span / 2.0)),
+            "local_mass": _mean(ex_bins[:, 0]) if idx.size else np.nan,
+            "far_mass": _mean(ex_bins[t >= L / 2, (L // 2) // m :].sum(axis=1)),
+            "sink_mass": _mean(np.asarray(sub.exact.sink)[idx]),
+        }
+        got = {
+            "reach": _mean(est.reach),
+            "local_mass": _mean(est.mass[:, 0]) if idx.size else np.nan,
+            "far_mass": _mean(est.far),
+            "sink_mass": _mean(est.sink),
+        }
+        for k in QUALITY_METRICS:
+            out[k].append(got[k] - exact[k])
+        row = np.full(est.mass.shape[1], np.nan)
+        reach_bin = t // m  # a query reaches bins 0 .. floor(t / m)
+        for r in range(n_bins):
+            sel = reach_bin >= r
+            if sel.any():
+                row[r] = est.mass[sel, r].mean() - ex_bins[sel, r].mean()
+        out["bins"].append(row)
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}
