@@ -22,6 +22,7 @@ MODEL = "smollm2-135m"
 SYNTH = "synth-4l"
 SYNTH_FAMILY = "Synthetic"
 SYNTH_LABEL = "Synthetic 4-layer"
+HOSTILE = '</script><!--<script>alert("x")</script>&amp;'  # a label no page may choke on
 
 
 @pytest.fixture(scope="session")
@@ -173,3 +174,40 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
     ]
     db = tmp_path_factory.mktemp("corpus") / "corpus.duckdb"
     return clone_models(report_warehouse, db, clones, CORPUS_COPIES)
+
+
+@pytest.fixture(scope="session")
+def hostile_report(report_warehouse, tmp_path_factory):
+    """A report of two models whose labels (and one family) are HOSTILE, with a figure whose
+    data hold HOSTILE as a dataset name."""
+    import altair as alt
+
+    from qkwh.reports.base import Drawn
+    from qkwh.reports.catalogue import figure, registered
+    from qkwh.reports.render import render
+
+    root = tmp_path_factory.mktemp("hostile")
+    clones = [
+        ("evil-a", HOSTILE, "<!--<script>"),
+        ("evil-b", "b " + HOSTILE, "SmolLM2"),
+    ]
+    db = clone_models(report_warehouse, root / "h.duckdb", clones)
+
+    def toy(marts):  # a dataset name (any string in the data) as hostile as the labels
+        data = [{"dataset": HOSTILE, "model_id": m, "n": i} for i, m in enumerate(marts.models)]
+        return Drawn(alt.Chart(alt.Data(values=data)).mark_bar().encode(x="n:Q", y="dataset:N"))
+
+    with registered():
+        figure(
+            "toy-hostile",
+            section="PCA",
+            title="Toy " + HOSTILE,
+            caption="Caption " + HOSTILE,
+            sources=("model_summary",),
+        )(toy)
+        return render(
+            db,
+            out=root / "rep",
+            figures=["toy-hostile", "pca-taxonomy", "ap-forest", "ap-heatmap", "pca-rq-rk-scatter"],
+            strict=True,
+        )

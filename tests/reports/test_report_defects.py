@@ -20,17 +20,13 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-import altair as alt
 import pytest
 
 from qkwh.errors import QkwhError
-from qkwh.reports.base import Drawn
-from qkwh.reports.catalogue import catalogue, figure, only, registered
+from qkwh.reports.catalogue import catalogue, only
 from qkwh.reports.page import read_specs
 from qkwh.reports.render import render
-from tests.reports.conftest import SYNTH, clone_models
-
-HOSTILE = '</script><!--<script>alert("x")</script>&amp;'
+from tests.reports.conftest import HOSTILE, SYNTH, clone_models
 
 
 class _Scripts(HTMLParser):
@@ -99,35 +95,6 @@ def test_model_ids_that_look_alike_get_their_own_pages_and_figures(collide_wareh
 # ------------------------------------------------------------------------------------------
 # hostile labels
 # ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hostile_report(report_warehouse, tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile")
-    clones = [
-        ("evil-a", HOSTILE, "<!--<script>"),
-        ("evil-b", "b " + HOSTILE, "SmolLM2"),
-    ]
-    db = clone_models(report_warehouse, root / "h.duckdb", clones)
-
-    def toy(marts):  # a dataset name (any string in the data) as hostile as the labels
-        data = [{"dataset": HOSTILE, "model_id": m, "n": i} for i, m in enumerate(marts.models)]
-        return Drawn(alt.Chart(alt.Data(values=data)).mark_bar().encode(x="n:Q", y="dataset:N"))
-
-    with registered():
-        figure(
-            "toy-hostile",
-            section="PCA",
-            title="Toy " + HOSTILE,
-            caption="Caption " + HOSTILE,
-            sources=("model_summary",),
-        )(toy)
-        return render(
-            db,
-            out=root / "rep",
-            figures=["toy-hostile", "pca-taxonomy", "ap-forest", "ap-heatmap", "pca-rq-rk-scatter"],
-            strict=True,
-        )
 
 
 def test_hostile_labels_are_escaped_in_every_inline_spec_and_text(hostile_report):
