@@ -190,10 +190,11 @@ def test_a_full_disk_says_one_line_and_a_rerun_writes_the_same_folder(
 
 def test_a_render_into_a_folder_of_something_else_is_refused(report_warehouse, tmp_path):
     (tmp_path / "rep").mkdir()
-    (tmp_path / "rep" / "notes.txt").write_text("mine")
+    (tmp_path / "rep" / "index.html").write_text("mine")  # a page, but no report's figures.json
     with pytest.raises(QkwhError, match="holds no qkwh report"):
         render(report_warehouse, out=tmp_path / "rep", figures=["pca-taxonomy"])
-    assert (tmp_path / "rep" / "notes.txt").read_text() == "mine"
+    assert [p.name for p in (tmp_path / "rep").iterdir()] == ["index.html"]
+    assert (tmp_path / "rep" / "index.html").read_text() == "mine"
 
 
 @pytest.mark.slow
