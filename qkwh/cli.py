@@ -1677,7 +1677,7 @@ def report(
     result = render(wh, out=target, models=_split(models), formats=("png", "svg") if static else ())
     out.print(result.summary(), highlight=False)
     for line, failed in result.left_out_lines():
-        out.print(line, highlight=False, style="red" if failed else None)
+        out.print(line, highlight=False, soft_wrap=True, style="red" if failed else None)
     out.print(f"report: {result.index}")
     if result.failed:
         raise QkwhError(

@@ -93,7 +93,8 @@ def depth_heatmap(
     the mart's mean over the heads in that bin (times ``scale``, a display unit).
 
     Depth bin k holds layers with layer/(num_layers − 1) in [k/10, (k+1)/10)
-    (docs/metrics/aggregation.md); empty bins stay blank.
+    (docs/metrics/aggregation.md); a bin without heads (a model with fewer than 10 layers)
+    is drawn grey, marked "no heads".
     """
     data = depth_rows(marts, metric, scale)
     order = model_sort(marts, {d["model_id"] for d in data})
@@ -149,6 +150,26 @@ def depth_heatmap(
                 color=alt.condition(dark, alt.value("white"), alt.value("#111")),
             )
         )
+    held = {(d["model_id"], d["depth_bin"]) for d in data}
+    ids = [m for m in marts.models if any(d["model_id"] == m for d in data)]
+    empty = [
+        {"model": marts.display(m), "model_id": m, "depth_bin": k, "note": "no heads"}
+        for m in ids
+        for k in range(10)
+        if (m, k) not in held
+    ]
+    if empty:  # a depth bin without heads (a model with fewer than 10 layers) says so
+        blank = alt.Chart(table_of(empty)).encode(x=x, y=y)
+        tip = [
+            alt.Tooltip("model:N", title="model"),
+            alt.Tooltip("model_id:N", title="model id"),
+            alt.Tooltip("depth_bin:O", title="depth bin (tenths)"),
+            alt.Tooltip("note:N", title="cell"),
+        ]
+        layers.append(
+            blank.mark_rect(color="#f1f1f1", stroke="white", strokeWidth=0.5).encode(tooltip=tip)
+        )
+        layers.append(blank.mark_text(fontSize=9, color="#888").encode(text="note:N"))
     chart = alt.layer(*layers).properties(
         title=title,
         width=alt.Step(max(56, min(90, 600 // max(len(order), 1)))),

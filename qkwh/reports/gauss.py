@@ -179,7 +179,9 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
         else f"{n_all:,} buckets"
     )
     chart = (
-        alt.hconcat(left, middle, right, spacing=28)
+        # the two square panels side by side, the per-model forest under them: three panels in
+        # a row overflow a 1400 px window and clip the model legend
+        alt.vconcat(alt.hconcat(left, middle, spacing=28), right, spacing=24)
         .resolve_scale(color="shared")
         .properties(
             title=alt.Title(
@@ -193,7 +195,7 @@ def gauss_vs_empirical(marts: Marts) -> Drawn:
             )
         )
     )
-    return Drawn(chart, ci.caption("Right panel, bars"))
+    return Drawn(chart, ci.caption("Lower panel, bars"))
 
 
 register(

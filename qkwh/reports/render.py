@@ -65,6 +65,7 @@ DEFAULT_OUT = REPORTS_DIR / "latest"
 FIGURE_DIR = "figures"
 MODEL_DIR = "models"  # one page per model: its per-model figures
 INDEX = "index.html"
+FIGURE_INDEX = "figures.json"  # every report folder has one: what marks it as a report
 _NEW, _OLD = ".qkwh-new-", ".qkwh-old-"  # <parent>/.<name>.qkwh-new-<pid>-<hex>: being written
 
 
@@ -133,7 +134,7 @@ def render(
                     model_html(head, info, rendered, skipped, pages),
                 )
         index_json = _index_json(rendered, skipped, selected, wh, out_dir, pages)
-        _put(tmp, out_dir, out_dir / "figures.json", json.dumps(index_json, indent=2))
+        _put(tmp, out_dir, out_dir / FIGURE_INDEX, json.dumps(index_json, indent=2))
         _put(tmp, out_dir, out_dir / VENDOR_JS, js_bundle())
     return ReportResult(
         out_dir,
@@ -142,7 +143,7 @@ def render(
         tuple(skipped),
         tuple(selected),
         time.perf_counter() - t0,
-        out_dir / "figures.json",
+        out_dir / FIGURE_INDEX,
         tuple(p for m, p in pages.items() if m),
     )
 
@@ -156,10 +157,10 @@ def check_out_dir(out_dir: Path) -> bool:
         raise InputError(f"{out_dir} is a file, not a report folder; pass --out DIR")
     if not any(out_dir.iterdir()):
         return False
-    if (out_dir / INDEX).is_file():
+    if (out_dir / FIGURE_INDEX).is_file():
         return True
     raise InputError(
-        f"{out_dir} is not empty and holds no qkwh report ({INDEX} missing); "
+        f"{out_dir} is not empty and holds no qkwh report ({FIGURE_INDEX} missing); "
         "qkwh does not write there: pass --out with another folder"
     )
 

@@ -22,6 +22,7 @@ MODEL = "smollm2-135m"
 SYNTH = "synth-4l"
 SYNTH_FAMILY = "Synthetic"
 SYNTH_LABEL = "Synthetic 4-layer"
+HOSTILE = '</script><!--<script>alert("x")</script>&amp;'  # a label no page may choke on
 
 
 @pytest.fixture(scope="session")
@@ -102,20 +103,18 @@ CORPUS_COPIES = 4  # the sample's 12 heads, 4 times: 48 heads per model
 CORPUS_FAMILIES = ("SmolLM2", "Qwen3", "Llama3.2")
 
 
-@pytest.fixture(scope="session")
-def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
-    """A mid-sized corpus for the report's scale tests, in seconds rather than a dbt build: a
-    copy of the fixture warehouse whose marts (and the collages' files and axes) hold 6 models
-    of 48 heads each, every one the sample model's rows under a new model id, label and family,
-    its heads repeated 4 times under new head numbers (q_head + 100 j, same files)."""
+def clone_models(src: Path, db: Path, clones: list[tuple[str, str, str]], copies: int = 1) -> Path:
+    """A copy of warehouse ``src`` at ``db`` whose marts (and the collages' files and axes) hold
+    only the models of ``clones`` ((model id, label, family) each), every one the sample
+    model's rows under its new id, label and family, its heads repeated ``copies`` times under
+    new head numbers (q_head + 100 j, same files)."""
     import shutil
 
     import duckdb
 
     from qkwh.reports.base import MARTS
 
-    db = tmp_path_factory.mktemp("corpus") / "corpus.duckdb"
-    shutil.copy(report_warehouse, db)
+    shutil.copy(src, db)
     con = duckdb.connect(str(db))
     try:
 
@@ -129,7 +128,7 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
                 ).fetchall()
             ]
 
-        ids = [f"corpus-{i}" for i in range(CORPUS_MODELS)]
+        ids = [c[0] for c in clones]
         for table in sorted(MARTS) + ["files", "pca_axes", "rotation_axes"]:
             cols = columns(table)
             if "model_id" not in cols:
@@ -137,20 +136,23 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
             heads = [
                 h for h in (("head",) if table == "files" else ("q_head", "k_head")) if h in cols
             ]
-            for i, mid in enumerate(ids):
-                for j in range(CORPUS_COPIES if heads else 1):
-                    new = [f"'{mid}' AS model_id"]
+            for mid, label, family in clones:
+                for j in range(copies if heads else 1):
+                    new = ["? AS model_id"]
+                    args: list = [mid]
                     if "label" in cols:
-                        new.append(f"'Corpus model {i}' AS label")
+                        new.append("? AS label")
+                        args.append(label)
                     if "family" in cols:
-                        new.append(f"'{CORPUS_FAMILIES[i % len(CORPUS_FAMILIES)]}' AS family")
+                        new.append("? AS family")
+                        args.append(family)
                     new += [f"{h} + {100 * j} AS {h}" for h in heads]
                     if "head_label" in cols:
                         new.append(f"'L' || layer || 'H' || (q_head + {100 * j}) AS head_label")
                     con.execute(
                         f'INSERT INTO "{table}" BY NAME SELECT * REPLACE ({", ".join(new)}) '
                         f'FROM "{table}" WHERE model_id = ?',
-                        [MODEL],
+                        [*args, MODEL],
                     )
             con.execute(
                 f'DELETE FROM "{table}" WHERE NOT list_contains(?::VARCHAR[], model_id)', [ids]
@@ -158,3 +160,54 @@ def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
     finally:
         con.close()
     return db
+
+
+@pytest.fixture(scope="session")
+def corpus_warehouse(report_warehouse, tmp_path_factory) -> Path:
+    """A mid-sized corpus for the report's scale tests, in seconds rather than a dbt build: a
+    copy of the fixture warehouse whose marts (and the collages' files and axes) hold 6 models
+    of 48 heads each, every one the sample model's rows under a new model id, label and family,
+    its heads repeated 4 times under new head numbers (q_head + 100 j, same files)."""
+    clones = [
+        (f"corpus-{i}", f"Corpus model {i}", CORPUS_FAMILIES[i % len(CORPUS_FAMILIES)])
+        for i in range(CORPUS_MODELS)
+    ]
+    db = tmp_path_factory.mktemp("corpus") / "corpus.duckdb"
+    return clone_models(report_warehouse, db, clones, CORPUS_COPIES)
+
+
+@pytest.fixture(scope="session")
+def hostile_report(report_warehouse, tmp_path_factory):
+    """A report of two models whose labels (and one family) are HOSTILE, with a figure whose
+    data hold HOSTILE as a dataset name."""
+    import altair as alt
+
+    from qkwh.reports.base import Drawn
+    from qkwh.reports.catalogue import figure, registered
+    from qkwh.reports.render import render
+
+    root = tmp_path_factory.mktemp("hostile")
+    clones = [
+        ("evil-a", HOSTILE, "<!--<script>"),
+        ("evil-b", "b " + HOSTILE, "SmolLM2"),
+    ]
+    db = clone_models(report_warehouse, root / "h.duckdb", clones)
+
+    def toy(marts):  # a dataset name (any string in the data) as hostile as the labels
+        data = [{"dataset": HOSTILE, "model_id": m, "n": i} for i, m in enumerate(marts.models)]
+        return Drawn(alt.Chart(alt.Data(values=data)).mark_bar().encode(x="n:Q", y="dataset:N"))
+
+    with registered():
+        figure(
+            "toy-hostile",
+            section="PCA",
+            title="Toy " + HOSTILE,
+            caption="Caption " + HOSTILE,
+            sources=("model_summary",),
+        )(toy)
+        return render(
+            db,
+            out=root / "rep",
+            figures=["toy-hostile", "pca-taxonomy", "ap-forest", "ap-heatmap", "pca-rq-rk-scatter"],
+            strict=True,
+        )

@@ -65,6 +65,11 @@ COUNT_MARKS_JS = """
   return {marks, tooltips, errors: window.qkwhReport.errors, total: window.qkwhReport.total};
 }
 """
+# Ids of the figure cards wider than their place on the page (they would scroll sideways).
+OVERFLOW_JS = """
+() => [...document.querySelectorAll('figure.fig')]
+        .filter(f => f.scrollWidth > f.clientWidth + 1).map(f => f.id)
+"""
 # Figures whose marks are heads or rows of one head: the tooltip names model and head (label
 # L<layer>H<query head>); the scatter plots of head metrics also give layer and head numbers.
 HEAD_LEVEL = (
@@ -121,6 +126,7 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
     console: list[tuple[str, str]] = []
     page_errors: list[str] = []
     state = {"marks": {}, "tooltips": {}, "errors": [], "total": 0}
+    overflow: dict[str, list[str]] = {}
     try:
         for html in (fixture_report.index, *fixture_report.model_pages):
             page = context.new_page()
@@ -137,6 +143,8 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
                 "window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000
             )
             got = page.evaluate(COUNT_MARKS_JS)
+            if html == fixture_report.index:  # every card fits a 1400 px window (no scrolling)
+                overflow[html.name] = page.evaluate(OVERFLOW_JS)
             for key in ("marks", "tooltips"):
                 state[key].update(got[key])
             state["errors"] += got["errors"]
@@ -166,4 +174,29 @@ def test_every_chart_draws_without_console_errors_or_network(browser, fixture_re
     assert errors == [], errors
     assert page_errors == []
     assert network == [], f"the report tried to reach the network: {network}"
+    assert overflow == {"index.html": []}, overflow
     print(f"screenshots: {shots}")
+
+
+def test_hostile_labels_do_not_break_a_page(browser, hostile_report):
+    """Labels, a family and a dataset name holding `</script><!--<script>`: every page still
+    draws every one of its figures, with no error."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    try:
+        for html in (hostile_report.index, *hostile_report.model_pages):
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
+            page.goto(html.as_uri(), wait_until="load")
+            page.wait_for_function(
+                "window.qkwhReport && window.qkwhReport.ready === true", timeout=60_000
+            )
+            got = page.evaluate(COUNT_MARKS_JS)
+            want = sorted(f.id for f in hostile_report.figures if f.page == html)
+            assert got["errors"] == [] and errors == [], (html.name, got["errors"], errors)
+            assert got["total"] == len(want) and sorted(got["marks"]) == want, html.name
+            assert all(n > 0 for n in got["marks"].values()), got["marks"]
+            page.close()
+    finally:
+        context.close()
