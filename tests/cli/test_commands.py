@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 import qkwh
-import qkwh.cli as cli_module
+import qkwh.cli.common as cli_common
 from qkwh.cli import app
 from tests.conftest import snapshot
 
@@ -96,7 +96,7 @@ def test_remove_says_what_it_deletes_and_needs_yes_without_a_terminal(computed):
 
 def test_remove_on_a_terminal_asks(computed, monkeypatch):
     db, _ = computed
-    monkeypatch.setattr(cli_module, "_interactive", lambda: True)
+    monkeypatch.setattr(cli_common, "interactive", lambda: True)
     before = snapshot(db)
     r = cli("remove", MODEL, "-w", str(db), input="n\n")
     assert r.exit_code == 1 and "cancelled; nothing was deleted" in r.stderr

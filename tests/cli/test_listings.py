@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import qkwh.cli as cli_module
+import qkwh.cli.output as cli_module
 from qkwh.cli import app
 from tests.conftest import small_synth_args
 
