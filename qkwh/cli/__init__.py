@@ -68,7 +68,11 @@ _command(catalog.sql)
 _command(compute.compute, cls=compute.ComputeCommand)
 app.add_typer(compute.runs_app, name="runs")
 _command(marts.status)
-_command(capture.synth, help=capture.synth_help())
+_command(
+    capture.synth,
+    cls=capture.SynthCommand,
+    short_help="Write a synthetic sniffed dataset with planted geometry.",
+)
 _command(capture.capture)
 _command(marts.build)
 _command(marts.docs)

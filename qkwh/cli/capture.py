@@ -7,20 +7,32 @@ from typing import Annotated, Any
 
 import typer
 
-from qkwh.cli.common import WarehouseOpt, friendly
-from qkwh.cli.output import err, out
+from qkwh.cli.common import Command, WarehouseOpt, friendly
+from qkwh.cli.output import err, out, print_ingest
 
 
-def synth_help() -> str:
+def knobs_help() -> str:
+    """The knobs of the planted geometry with their defaults, one bullet each (docs/synth.md)."""
     from qkwh.synth import SYNTH_KNOBS, knob_defaults
 
     knobs = "\n".join(f"* {k} = {v:g}: {SYNTH_KNOBS[k]}" for k, v in knob_defaults().items())
     return (
-        "Write a synthetic sniffed dataset with planted geometry.\n\n"
-        "Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA, "
-        "uniform buckets.  Register it with `qkwh ingest OUT --model-id ID`.\n\n"
-        f"Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):\n\n{knobs}"
+        "Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):"
+        f"\n\n{knobs}"
     )
+
+
+class SynthCommand(Command):
+    """``synth``: its help ends with the knobs, read from qkwh.synth only when the help is shown
+    (importing it costs numpy and pyarrow, which ``qkwh --help`` does without)."""
+
+    @property
+    def help(self) -> str:
+        return f"{self._help}\n\n{knobs_help()}" if self._help else knobs_help()
+
+    @help.setter
+    def help(self, value: str | None) -> None:
+        self._help = value
 
 
 @friendly
@@ -42,7 +54,20 @@ def synth(
             help="Set a knob of the planted geometry, e.g. --set alpha_k=2e-3 (repeatable; the knobs are listed above).",
         ),
     ] = None,
+    warehouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--warehouse",
+            "-w",
+            help="Also ingest the dataset into this warehouse, as the model named after OUT_DIR's folder (without it nothing but OUT_DIR is written).",
+        ),
+    ] = None,
 ) -> None:
+    """Write a synthetic sniffed dataset with planted geometry.
+
+    Planted: drift slopes, class means, Q/K separation, RoPE-like planes, Gaussian noise, GQA,
+    uniform buckets.  Register it with `qkwh ingest OUT --model-id ID` (or pass --warehouse).
+    """
     from qkwh.errors import InputError, did_you_mean
     from qkwh.synth import SYNTH_KNOBS, write_dataset
 
@@ -77,6 +102,16 @@ def synth(
     except (TypeError, ValueError) as exc:
         raise InputError(f"synth: {exc}") from None
     out.print(f"wrote {root}")
+    if warehouse is not None:
+        from qkwh.ingest import ingest as run_ingest
+
+        rep = run_ingest(
+            str(root),
+            warehouse=warehouse,
+            model_id=Path(root).resolve().name,
+            on_progress=lambda m: err.print(m, style="dim"),
+        )
+        print_ingest(rep)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,10 +221,11 @@ def capture(
     protocol, so the result is comparable with published captures.  Then `qkwh ingest OUT`
     (or pass --ingest).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from qkwh.capture.run import CaptureSettings
     from qkwh.capture.run import capture as run
+    from qkwh.cli.output import lazy_progress, print_ingest
     from qkwh.errors import InputError
 
     if model_id is not None and not ingest_:
@@ -211,7 +247,7 @@ def capture(
         id_column=id_column,
         subset=subset,
     )
-    with Progress(
+    with lazy_progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -249,7 +285,4 @@ def capture(
             model_id=model_id or report.out.resolve().name,
             on_progress=lambda m: err.print(m, style="dim"),
         )
-        out.print(rep.summary())
-        for f in rep.findings:
-            if f.severity != "info":
-                out.print(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}", highlight=False)
+        print_ingest(rep)

@@ -6,10 +6,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from qkwh.cli.common import WarehouseOpt, YesOpt, confirm, existing_warehouse, friendly, warn_stale
-from qkwh.cli.output import err, out, print_rows, print_table, tagged, write_csv, write_json
+from qkwh.cli.output import (
+    FileFormat,
+    PipeClosed,
+    TableFormat,
+    err,
+    out,
+    print_ingest,
+    print_rows,
+    print_table,
+    simple_table,
+    tagged,
+    write_csv,
+    write_json,
+)
 from qkwh.errors import QkwhError
 
 
@@ -99,7 +111,7 @@ def ingest(
             on_progress=lambda m: err.print(m, style="dim"),
             confirm=lambda what: confirm(what, yes),
         )
-        _print_ingest(report)
+        print_ingest(report)
         return
     if model_id is not None:
         raise InputError(
@@ -117,19 +129,13 @@ def ingest(
     )
 
 
-def _print_ingest(report) -> None:
-    out.print(report.summary())
-    for f in report.findings:
-        if f.severity != "info":
-            out.print(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}", highlight=False)
-
-
 def _ingest_many(sources: list[str], **kwargs) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
+    from qkwh.cli.output import lazy_progress
     from qkwh.ingest import ingest_many
 
-    with Progress(
+    with lazy_progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -146,7 +152,7 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
                     f"{o.source}: unchanged (commit already cataloged); skipped", highlight=False
                 )
             elif o.report is not None:
-                _print_ingest(o.report)
+                print_ingest(o.report)
             else:
                 err.print(
                     tagged("failed", "red", f"{o.source}: {o.error}"),
@@ -206,21 +212,18 @@ def findings(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Show the data-quality findings stored at ingest (warnings by default)."""
-    from qkwh import store
-    from qkwh.errors import NotFoundError, unknown_names
+    from qkwh import status, store
 
     con = store.connect(existing_warehouse(warehouse), read_only=True)
     try:
-        known = [r[0] for r in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
-        rows = con.execute(store.load_sql("findings"), [model_id, all_]).fetchall()
+        rows = status.findings(con, model_id, all_)
     finally:
         con.close()  # closed before any error: a traceback must not keep the file open
-    if model_id is not None and model_id not in known:
-        raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
-    table = Table("model_id", "severity", "check", "file", "detail")
-    for r in rows:
-        table.add_row(*[str(v) if v is not None else "" for v in r])
-    out.print(table)
+    if not rows:
+        which = "" if all_ else " (warnings or errors; --all adds info findings)"
+        out.print(f"no findings{which}", highlight=False)
+        return
+    out.print(simple_table(["model_id", "severity", "check", "file", "detail"], rows))
 
 
 @friendly
@@ -254,13 +257,13 @@ def sql(
         ),
     ],
     fmt: Annotated[
-        str,
+        TableFormat,
         typer.Option(
             "--format",
             "-f",
             help="table (for reading), csv or json (every row and column, for other tools).",
         ),
-    ] = "table",
+    ] = TableFormat.table,
     max_rows: Annotated[
         int,
         typer.Option(
@@ -284,8 +287,6 @@ def sql(
     from qkwh.errors import InputError, MissingFilesError
     from qkwh.readonly import check_query, error_text, lock_down
 
-    if fmt not in ("table", "csv", "json"):
-        raise InputError(f"--format must be table, csv or json, not {fmt!r}")
     if max_rows < 0:
         raise InputError(f"--max-rows must be 0 (all) or a positive number, not {max_rows}")
     check_query(query)
@@ -303,7 +304,7 @@ def sql(
             print_table(columns, reader, max_rows)
         warn_stale(con, query=query)
     except Exception as exc:  # duckdb errors
-        if isinstance(exc, QkwhError):
+        if isinstance(exc, (QkwhError, BrokenPipeError, PipeClosed)):
             raise
         line = str(exc).splitlines()[0]
         if "the vectors of model" in line:  # a model's files are missing (the vectors views)
@@ -318,7 +319,9 @@ def export(
     names: Annotated[
         list[str] | None, typer.Argument(help="Tables, views or marts to export.")
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="parquet or csv.")] = "parquet",
+    fmt: Annotated[
+        FileFormat, typer.Option("--format", "-f", help="File format.")
+    ] = FileFormat.parquet,
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("export"),
     legacy: Annotated[
         bool,
@@ -337,12 +340,10 @@ def export(
     from qkwh.export import export as run
     from qkwh.export import export_legacy
 
-    if fmt not in ("parquet", "csv"):
-        raise InputError(f"--format must be parquet or csv, not {fmt!r}")
     if not names and not legacy:
         raise InputError("name at least one table or mart, or pass --legacy")
     wh = existing_warehouse(warehouse)
-    written = list(run(wh, list(names), fmt, out_dir)) if names else []  # type: ignore[arg-type]
+    written = list(run(wh, list(names), fmt.value, out_dir)) if names else []
     if legacy:
         written += export_legacy(wh, out_dir, model)
     for p in written:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from qkwh.cli.output import err, tagged, warn
+from qkwh.cli.output import PipeClosed, drop_stdout, err, tagged, warn
 from qkwh.errors import QkwhError, is_interrupt
 
 YesOpt = Annotated[
@@ -87,6 +87,9 @@ def friendly(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except (BrokenPipeError, PipeClosed):  # stdout's reader went away (`| head`)
+            drop_stdout()
+            raise typer.Exit(0) from None
         except QkwhError as exc:
             err.print(tagged("error:", "bold red", exc), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None

@@ -136,9 +136,10 @@ def compute(
     whose key files are missing (its folder moved) is left out with an error naming the fix
     (exit 4) and the others are computed; --force says how many computed heads it replaces.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from qkwh import store
+    from qkwh.cli.output import lazy_progress
     from qkwh.compute.runner import compute as run
     from qkwh.config import load_execution, load_run_config
 
@@ -153,6 +154,7 @@ def compute(
 
         check_name(name)
     if documents is not None:  # --documents [G]: the jackknife, with G groups
+        _check_documents(documents, param)
         param = [*(param or []), f"uncertainty.document_groups={documents}"]
     wh = existing_warehouse(warehouse)
     cfg, covered = (
@@ -167,10 +169,12 @@ def compute(
     if documents is not None:
         base = names if names is not None else analysis_registry.default_names()
         names = tuple(dict.fromkeys((*base, "uncertainty")))
+    if "uncertainty" in (names or ()):
+        _check_documents(cfg.params_of("uncertainty").document_groups, None)
     scope, gone = _models_with_files(wh, split(model))
     if force:
         _say_force(wh, scope, names, cfg)
-    with Progress(
+    with lazy_progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -232,12 +236,38 @@ def compute(
         raise QkwhError(f"{len(report.failures)} head(s) failed; the others were written")
 
 
+#: the most document groups the jackknife takes: every group is one more pass over each head's
+#: rows and one more row per head and bucket, so far more groups than any capture has documents
+#: (the groups beyond are empty) neither finish nor fit in memory
+MAX_DOCUMENT_GROUPS = 10_000
+
+
+def _check_documents(groups: int, params: list[str] | None) -> None:
+    """Refuse (exit 2) a number of document groups that cannot fit, and ``--documents G`` beside
+    a ``-p uncertainty.document_groups`` that says otherwise."""
+    from qkwh.errors import InputError
+
+    for p in params or []:
+        key, _, value = p.partition("=")
+        if key.strip() == "uncertainty.document_groups" and value.strip() != str(groups):
+            raise InputError(
+                f"--documents {groups} contradicts -p {p.strip()}: give the number of document "
+                "groups once"
+            )
+    if groups > MAX_DOCUMENT_GROUPS:
+        raise InputError(
+            f"document groups {groups:,} cannot fit: at most {MAX_DOCUMENT_GROUPS:,} (each group "
+            "is one more pass over every head; more groups than documents stay empty)"
+        )
+
+
 def _models_with_files(wh: Path, models: list[str] | None):
     """(models to compute, MissingFilesError or None).  A model with a missing key file (its
     folder moved or deleted, say) is left out: a key file is shared by several heads, and the
     others go on; the error names it and the fix.  A missing query file fails its head only."""
     from qkwh import store
     from qkwh.errors import MissingFilesError
+    from qkwh.status import model_ids
 
     con = store.connect(wh, read_only=True)
     try:
@@ -245,7 +275,7 @@ def _models_with_files(wh: Path, models: list[str] | None):
         if not missing_k:
             return models, None
         missing = store.missing_vector_files(con, sorted(missing_k))
-        known = [m for (m,) in con.execute("SELECT model_id FROM models ORDER BY 1").fetchall()]
+        known = model_ids(con)
     finally:
         con.close()
     for model_id in sorted(missing):
@@ -273,17 +303,14 @@ def _say_force(wh: Path, models: list[str] | None, analyses: tuple[str, ...] | N
     from qkwh import store
     from qkwh.analyses import registry
     from qkwh.compute.units import code_version
+    from qkwh.runs import heads_with_configs
 
     config_ids = [
         cfg.fingerprint(a, code_version(a)) for a in (analyses or registry.default_names())
     ]
     con = store.connect(wh, read_only=True)
     try:
-        n = con.execute(
-            "SELECT count(*) FROM (SELECT DISTINCT model_id, layer, q_head FROM head_runs "  # type: ignore[index]
-            "WHERE ($1 IS NULL OR list_contains($1, model_id)) AND list_contains($2, config_id))",
-            [models or None, config_ids],
-        ).fetchone()[0]
+        n = heads_with_configs(con, models, config_ids)
     finally:
         con.close()
     if n:
@@ -301,14 +328,14 @@ def _named_config(name: str, warehouse):
     computing more of it computes those."""
     from qkwh import store
     from qkwh.analyses import registry
-    from qkwh.runs import config_of, resolve
+    from qkwh.runs import config_of, has_set, resolve
 
     wh = store.resolve_warehouse(warehouse)
     if not wh.exists():
         return None, None
     con = store.connect(wh, read_only=True)
     try:
-        if not con.execute("SELECT 1 FROM run_config WHERE name = ?", [name]).fetchone():
+        if not has_set(con, name):
             return None, None
         covered = resolve(con, name)
         return config_of(con, name), tuple(a for a in registry.names() if a in covered)
@@ -412,14 +439,12 @@ def runs_use(
     """Make a set the one the marts report, for every model holding it (or --model).  Then run
     `qkwh build` to rebuild the marts from it."""
     from qkwh import store
-    from qkwh.runs import use
+    from qkwh.runs import set_names, use
 
     done = use(warehouse, ref, split(model), split(analysis))
     con = store.connect(warehouse, read_only=True)
     try:
-        names = dict(
-            con.execute("SELECT config_id, name FROM run_config WHERE name IS NOT NULL").fetchall()
-        )
+        names = set_names(con)
     finally:
         con.close()
     for m, a, c in done:

@@ -10,7 +10,17 @@ from rich.table import Table
 
 from qkwh.cli.common import friendly
 from qkwh.cli.output import out, tagged
-from qkwh.errors import QkwhError
+
+#: the headers of the demo's summary table (the columns of qkwh/sql/demo_summary.sql)
+SUMMARY_HEADERS = (
+    "model_id",
+    "heads",
+    "taxonomy (most common)",
+    "mean |r_k_a|",
+    "mean bias_strength",
+    "ap_overall",
+    "ap_drop",
+)
 
 
 @friendly
@@ -43,73 +53,28 @@ def demo(
     is dropped or recomputed, and the file is never deleted.  Everything is checked before anything
     is written.
     """
-    import time
+    from qkwh.demo import next_steps, run
 
-    from qkwh import store
-    from qkwh.build import build as run_build
-    from qkwh.compute.runner import compute as run_compute
-    from qkwh.demo import SAMPLE_MODEL_IDS, demo_analyses, next_steps, prepare
-    from qkwh.ingest import ingest as run_ingest
-    from qkwh.paths import SAMPLE_DIRS
-    from qkwh.reports.render import render
+    tags = {"ingest": "ingest ", "compute": "compute", "build": "build  "}
 
-    plan = prepare(warehouse, out_dir)
-    wh = plan.warehouse
-    if plan.other_models:
-        out.print(
-            f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
-            f"the demo adds or refreshes only {', '.join(SAMPLE_MODEL_IDS)}",
-            highlight=False,
-        )
-    t0 = time.perf_counter()
-    ids = []
-    for sample in SAMPLE_DIRS:
-        rep = run_ingest(str(sample), warehouse=wh)
-        out.print(tagged("ingest ", "bold", rep.summary()))
-        ids.append(rep.model_id)
-    # the three default analyses plus the two opt-in ones (the RoPE bands and the document
-    # jackknife, uncertainty.document_groups at its default): the demo shows everything
-    analyses = demo_analyses()
-    crep = run_compute(wh, models=ids, analyses=analyses)
-    out.print(
-        tagged(
-            "compute",
-            "bold",
-            f"{crep.n_written} head(s) computed ({', '.join(analyses)}), "
-            f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
-        )
-    )
-    if crep.failures:
-        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
-    res = run_build(wh)
-    out.print(tagged("build  ", "bold", res.summary))
-    if plan.replaces_report:
-        out.print(f"replacing the earlier report in {plan.report_dir}", highlight=False)
-    rr = render(wh, out=plan.report_dir, models=ids)
-    con = store.connect(wh, read_only=True)
-    try:
-        rows = con.execute(store.load_sql("demo_summary"), [ids]).fetchall()
-    finally:
-        con.close()
-    table = Table(
-        "model_id",
-        "heads",
-        "taxonomy (most common)",
-        "mean |r_k_a|",
-        "mean bias_strength",
-        "ap_overall",
-        "ap_drop",
-        title="summary",
-    )
-    for r in rows:
+    def on_step(step: str, line: str) -> None:
+        if step in tags:
+            out.print(tagged(tags[step], "bold", line), highlight=False)
+        else:
+            out.print(line, highlight=False)
+
+    result = run(warehouse, out_dir, on_step=on_step)
+    table = Table(*SUMMARY_HEADERS, title="summary")
+    for r in result.summary:
         table.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in r])
     out.print(table)
-    out.print(f"warehouse: {wh}", highlight=False)
+    rr = result.report
+    out.print(f"warehouse: {result.plan.warehouse}", highlight=False)
     out.print(
         f"report:    {rr.index}  ({len(rr.figures)} figures, {len(rr.skipped)} left out for lack of data)",
         highlight=False,
     )
-    out.print(f"done in {time.perf_counter() - t0:.0f} s")
+    out.print(f"done in {result.seconds:.0f} s")
     out.print("next, in this folder:")
-    for line in next_steps(wh):
+    for line in next_steps(result.plan.warehouse):
         out.print(f"  {line}", highlight=False, soft_wrap=True)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +11,7 @@ import typer
 from rich.table import Table
 
 from qkwh.cli.common import ModelsOpt, WarehouseOpt, existing_warehouse, friendly, split, warn_stale
-from qkwh.cli.output import err, out, print_rows
+from qkwh.cli.output import TableFormat, err, lazy_progress, out, print_rows
 from qkwh.errors import QkwhError
 
 
@@ -31,67 +29,62 @@ def build(
     folder (<warehouse name>.dbt/logs/dbt.log, path printed).  Reports clearly when another
     process holds the warehouse.  Ctrl-C stops it with one line and exit code 130.
     """
-    from qkwh.build import build as run
-
     wh = existing_warehouse(warehouse)
-    with dbt_progress(wh) as sink:
-        result = run(wh, select=select, log_sink=sink)
+    result = run_build(wh, select=select)
     out.print(result.summary, highlight=False)
     out.print(f"full log: {result.log_path / 'dbt.log'}", highlight=False)
 
 
-DBT_NODE = re.compile(r"^\s*(\d+) of (\d+) (START|OK|PASS|ERROR|FAIL|WARN|SKIP)\b")
+def run_build(wh: Path, select: str | None = None):
+    """``qkwh.build.build`` with its progress on stderr: one line when dbt has planned its nodes
+    (how many of each kind), a progress bar on a terminal, and one line per node that fails,
+    warns or is skipped, all from dbt's structured events (``progress=``, a callback receiving a
+    ``BuildProgress``: ``event``, ``total``, ``n_done`` and the ``line`` to print).  dbt's own
+    text stays in its log file, whose path the caller prints once."""
+    import inspect
+
+    from qkwh.build import build
+
+    if "progress" not in inspect.signature(build).parameters:  # a build without events
+        announced: list[bool] = []
+
+        def started(line: str) -> None:
+            if not announced:
+                announced.append(True)
+                err.print("dbt: building the marts", highlight=False)
+
+        return build(wh, select=select, log_sink=started)
+    with dbt_progress() as on_progress:
+        return build(wh, select=select, progress=on_progress)  # type: ignore[call-arg]
 
 
 @contextlib.contextmanager
-def dbt_progress(wh: Path):
-    """A log sink for a dbt run: one line when the nodes start (how many, where the full log is),
-    a progress bar on a terminal, and the lines of nodes that fail, warn or are skipped; dbt's
-    other lines stay in its log file."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def dbt_progress():
+    """A ``progress`` callback for ``qkwh.build.build`` (see :func:`run_build`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-    from qkwh.build import dbt_work_dir
-
-    progress = Progress(
+    bar = lazy_progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err,
         transient=True,
         disable=not err.is_terminal,
     )
     state: dict = {}
-    lock = threading.Lock()  # dbt reports from its worker threads
 
-    def sink(line: str) -> None:
-        m = DBT_NODE.match(line)
-        if m is None:
-            return
-        with lock:
-            _on_node(line, int(m.group(2)), m.group(3))
+    def on_progress(p) -> None:  # one call at a time (build.py serialises dbt's threads)
+        if p.event == "planned":
+            state["task"] = bar.add_task("dbt build", total=p.total)
+        elif p.event == "finished" and "task" in state:
+            bar.update(state["task"], completed=p.n_done)
+        if p.line:
+            failed = p.node is not None and p.node.status in ("error", "fail", "runtime error")
+            style = "red" if failed else "yellow" if p.node is not None else None
+            bar.console.print(p.line, style=style, highlight=False, soft_wrap=True)
 
-    def _on_node(line: str, total: int, what: str) -> None:
-        if "task" not in state:
-            err.print(
-                f"dbt: building {total} nodes (full log: {dbt_work_dir(wh) / 'logs' / 'dbt.log'})",
-                highlight=False,
-                soft_wrap=True,
-            )
-            state["task"] = progress.add_task("dbt build", total=total)
-        if what == "START":
-            return
-        progress.advance(state["task"])
-        if what in ("ERROR", "FAIL", "WARN", "SKIP"):
-            progress.console.print(
-                line.strip(),
-                style="red" if what in ("ERROR", "FAIL") else "yellow",
-                highlight=False,
-                soft_wrap=True,
-            )
-
-    with progress:
-        yield sink
+    with bar:
+        yield on_progress
 
 
 @friendly
@@ -115,7 +108,9 @@ def compare(
             help="Only these metrics (repeat or comma-separate; default: every compared metric).",
         ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    fmt: Annotated[
+        TableFormat, typer.Option("--format", "-f", help="table (for reading), csv or json.")
+    ] = TableFormat.table,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Is model A really different from model B?  Differences with intervals, from the marts.
@@ -131,11 +126,9 @@ def compare(
     from qkwh.compare import compare as run
     from qkwh.compare import fmt as num
     from qkwh.compare import fmt_interval, to_csv, to_json
-    from qkwh.errors import InputError
 
-    if fmt not in ("table", "csv", "json"):
-        raise InputError(f"--format must be table, csv or json, not {fmt!r}")
-    rows = run(existing_warehouse(warehouse), model_a, model_b, split(metric))
+    wh = existing_warehouse(warehouse)
+    rows = run(wh, model_a, model_b, split(metric))
     if fmt == "csv":
         sys.stdout.write(to_csv(rows))
         return
@@ -176,8 +169,10 @@ def compare(
     out.print(table)
     if not rows:
         out.print("no metric compared for this pair")
-    notes = sorted({r.note for r in rows if r.note})
-    for n in notes:
+        return
+    out.print(f"difference = A − B = {model_a} − {model_b}", highlight=False)
+    context = _interval_context(wh, [model_a, model_b])
+    for n in _notes(rows, context):
         out.print(f"note: {n}", highlight=False)
     n_boot = next((r.n_boot for r in rows if r.n_boot), None)
     if n_boot:
@@ -203,12 +198,57 @@ def compare(
                 ),
                 highlight=False,
             )
-        else:
+        elif kinds:
+            without = [m for m in (model_a, model_b) if m in context and not context[m].documents]
             out.print(
-                "interval shown: layers (no document-group jackknife; `qkwh compute "
-                "--documents` adds document noise)",
+                "interval shown: layers "
+                + (
+                    f"(no document-group jackknife for {' and '.join(without)}; `qkwh compute "
+                    "--documents` adds document noise)"
+                    if without
+                    else "(these metrics get no document term)"
+                ),
                 highlight=False,
             )
+
+
+def _interval_context(wh: Path, models: list[str]) -> dict:
+    from qkwh import status, store
+
+    con = store.connect(wh, read_only=True)
+    try:
+        return status.interval_context(con, models)
+    finally:
+        con.close()
+
+
+def _notes(rows, context: dict) -> list[str]:
+    """The notes of the comparison rows, once each; "too few layers" names the model(s) without
+    an interval, the layers they have and the fewest the bootstrap draws from."""
+    from qkwh.status import min_layers
+
+    notes = []
+    for r in rows:
+        if not r.note:
+            continue
+        if "too few layers" in r.note:
+            lacking = [
+                m
+                for m, lo in ((r.model_a, r.ci_low_a), (r.model_b, r.ci_low_b))
+                if lo is None and m in context
+            ]
+            if lacking:
+                need = min_layers()
+                said = " and ".join(
+                    f"{m} has {context[m].n_layers} layer(s) with a value" for m in lacking
+                )
+                notes.append(
+                    f"no interval: {said}; the layer bootstrap needs at least {need} "
+                    "(dbt var min_layers)"
+                )
+                continue
+        notes.append(r.note)
+    return sorted(set(notes))
 
 
 @friendly
@@ -262,11 +302,8 @@ def report(
         finally:
             con.close()
         if stale:
-            from qkwh.build import build as run_build
-
             err.print("the marts are stale: rebuilding them first", highlight=False)
-            with dbt_progress(wh) as sink:
-                res = run_build(wh, log_sink=sink)
+            res = run_build(wh)
             out.print(res.summary, highlight=False)
     con = store.connect(wh, read_only=True)
     try:
@@ -303,9 +340,6 @@ def status(
 
     con = store.connect(existing_warehouse(warehouse), read_only=True)
     try:
-        con.execute(
-            "SET python_enable_replacements = false"
-        )  # a table name never finds a Python variable
         models, staleness = st.status(con)
         wanted = split(model)
         models = [m for m in models if not wanted or m.model_id in wanted]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -23,16 +24,38 @@ from rich.text import Text
 _PIPE_WIDTH = None if "COLUMNS" in os.environ else 160
 
 
+class PipeClosed(Exception):
+    """The reader of stdout went away (``qkwh sql ... | head``): the command ends quietly."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1; the command ends quietly instead (see ``common.friendly``)
+        self.quiet = True
+        raise PipeClosed
+
+
 def _console(stream) -> Console:
     tty = stream.isatty()
     # markup is off: messages carry user text and install hints such as pip install 'qkwh[ray]',
-    # which rich would read as tags and drop; styled prefixes go through ``tagged``
-    return Console(
-        file=None,
+    # which rich would read as tags and drop; styled prefixes go through ``tagged``.  Not on a
+    # terminal, nothing wraps (soft_wrap): a message or path stays one line for scripts.
+    return _Console(
         stderr=stream is sys.stderr,
         width=None if tty else _PIPE_WIDTH,
+        soft_wrap=not tty,
         markup=False,
     )
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit after its reader went away raises
+    nothing (Python's documented way out of a broken pipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (a test runner's buffer)
+        pass
 
 
 out = _console(sys.stdout)
@@ -86,6 +109,8 @@ def print_rows(title: str, cols: list[str], rows: list[list[str]]) -> None:
     from rich import box
     from rich.cells import cell_len
 
+    title = printable(title)
+    rows = [[printable(v, newlines=True) for v in r] for r in rows]
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     for c in cols:
         table.add_column(c, no_wrap=True)
@@ -102,14 +127,18 @@ def print_rows(title: str, cols: list[str], rows: list[list[str]]) -> None:
     for r in rows:
         out.print(Text(r[0], style="bold"), soft_wrap=True)
         for c, v in zip(cols[1:], r[1:], strict=True):
-            out.print(f"  {c:<{pad}}{'; '.join(v.splitlines())}", highlight=False, soft_wrap=True)
+            value = "; ".join(v.splitlines())
+            if 2 + pad + cell_len(value) > out.width and 4 + cell_len(value) <= out.width:
+                out.print(f"  {c}\n    {value}", highlight=False, soft_wrap=True)  # fits below
+            else:
+                out.print(f"  {c:<{pad}}{value}", highlight=False, soft_wrap=True)
 
 
-def simple_table(cols: list[str], rows: list[list[Any]], **kwargs: Any) -> Table:
+def simple_table(cols: list[str], rows: Sequence[Sequence[Any]], **kwargs: Any) -> Table:
     """A rich table of ``rows`` (None as empty, control characters escaped)."""
     table = Table(*cols, **kwargs)
     for r in rows:
-        table.add_row(*["" if v is None else str(v) for v in r])
+        table.add_row(*["" if v is None else printable(v, newlines=True) for v in r])
     return table
 
 
@@ -124,7 +153,7 @@ def cell(value) -> str:
         return "[" + ", ".join(cell(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {cell(v)}" for k, v in value.items()) + "}"
-    return str(value)
+    return printable(value)
 
 
 def _batches(reader):
@@ -176,7 +205,7 @@ def print_table(columns: list[str], reader, max_rows: int) -> None:
         total += 1
         if not max_rows or len(rows) < max_rows:
             rows.append(row[: len(shown_cols)])
-    table = Table(*shown_cols)
+    table = Table(*[printable(c) for c in shown_cols])
     for col in table.columns:
         col.overflow = "ellipsis"
         col.no_wrap = True
@@ -198,3 +227,36 @@ def print_table(columns: list[str], reader, max_rows: int) -> None:
         )
     else:
         out.print(f"{total:,} row(s)", highlight=False)
+
+
+def lazy_progress(*columns, **kwargs):
+    """A rich progress display on stderr that appears only once its first task is added, so that
+    a command failing before its work starts prints its error as the first line (no empty line
+    of a progress display that never started)."""
+    from rich.progress import Progress
+
+    class _LazyProgress(Progress):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            if self.live.is_started:
+                self.stop()
+
+        def add_task(self, *args, **kw):
+            if not self.live.is_started:
+                self.start()
+            return super().add_task(*args, **kw)
+
+    kwargs.setdefault("console", err)
+    return _LazyProgress(*columns, **kwargs)
+
+
+def print_ingest(report) -> None:
+    """An ingest report: its summary, then each warning or error finding."""
+    out.print(printable(report.summary()), highlight=False)
+    for f in report.findings:
+        if f.severity != "info":
+            out.print(
+                printable(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}"), highlight=False
+            )
