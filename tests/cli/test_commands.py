@@ -17,25 +17,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from typer.testing import CliRunner
 
 import qkwh
 import qkwh.cli.common as cli_common
-from qkwh.cli import app
-from tests.conftest import snapshot
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import qkwh_ok as ok
+from tests.conftest import snapshot, synth_args
 
-runner = CliRunner()
 MODEL = "synth-c"
-
-
-def cli(*args: str, input: str | None = None):
-    return runner.invoke(app, list(args), input=input)
-
-
-def ok(*args: str):
-    r = cli(*args)
-    assert r.exit_code == 0, r.output + r.stderr
-    return r
 
 
 @pytest.fixture
@@ -43,20 +32,7 @@ def computed(tmp_path: Path) -> tuple[Path, Path]:
     """(warehouse, data folder): one synthetic model, 4 heads, PCA computed."""
     data, db = tmp_path / MODEL, tmp_path / "wh.duckdb"
     ok(
-        "synth",
-        str(data),
-        "--layers",
-        "2",
-        "--q-heads",
-        "2",
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "16",
-        "--rows",
-        "300",
-        "--seed",
-        "4",
+        *synth_args(str(data), seed=4),
     )
     ok("ingest", str(data), "--model-id", MODEL, "-w", str(db))
     ok("compute", "-w", str(db), "-a", "pca", "-j", "1")

@@ -18,19 +18,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from qkwh.cli import app
+from tests.conftest import qkwh_cli as cli
 from tests.conftest import small_synth_args
 
 REPO = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 MODEL = "synth-e"
 TESTED = {0, 1, 2, 3, 4, 130}  # the codes the tests below produce
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")

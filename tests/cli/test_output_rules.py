@@ -12,23 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from qkwh.cli import app
-from tests.conftest import REPO, small_synth_args, snapshot
+from tests.conftest import REPO, small_synth_args, snapshot, synth_args
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import qkwh_ok as ok
 
-runner = CliRunner()
 MODEL = "synth-o"
-
-
-def cli(*args: str, width: int = 200):
-    return runner.invoke(app, list(args), terminal_width=width)
-
-
-def ok(*args: str):
-    r = cli(*args)
-    assert r.exit_code == 0, r.output + r.stderr
-    return r
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +250,48 @@ def test_the_demo_names_the_qkwh_of_this_installation_when_path_does_not(tmp_pat
         [*command.split(" "), "--version"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0 and r.stdout.startswith("qkwh "), (command, r.stderr)
+
+
+# --- build and compare (one dbt build) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(warehouse, the build's Result): two small synthetic models (2 layers each: too few for
+    the layer bootstrap), computed with the document-group jackknife, then built."""
+    tmp = tmp_path_factory.mktemp("built")
+    db = tmp / "wh.duckdb"
+    for model, seed in (("synth-a", 1), ("synth-b", 2)):
+        ok(*synth_args(tmp / model, seed=seed))
+        ok("ingest", str(tmp / model), "--model-id", model, "-w", str(db))
+    ok("compute", "-w", str(db), "-j", "1", "--documents", "4")
+    return db, cli("build", "-w", str(db))
+
+
+@pytest.mark.slow
+def test_build_names_its_log_once_and_counts_what_it_builds(built):
+    _, r = built
+    assert r.exit_code == 0, r.output + r.stderr
+    said = r.stdout + r.stderr
+    assert said.count("full log") == 1, said
+    summary = next(line for line in r.stdout.splitlines() if line.startswith("dbt build"))
+    done = sum(int(n) for n in re.findall(r"=(\d+)", summary))
+    planned = re.search(r"dbt: building (\d+) nodes", r.stderr)
+    assert planned is None or int(planned.group(1)) == done, (r.stderr, summary)
+
+
+@pytest.mark.slow
+def test_compare_names_direction_model_and_threshold(built):
+    """After `compute --documents` and a build, `compare` does not ask for `--documents` again,
+    says which way the difference goes, and names the models without an interval and the layers
+    the bootstrap needs."""
+    db, _ = built
+    r = ok("compare", "synth-a", "synth-b", "-w", str(db))
+    assert "difference = A − B = synth-a − synth-b" in r.stdout
+    assert "--documents" not in r.stdout, r.stdout
+    notes = [line for line in r.stdout.splitlines() if line.startswith("note:")]
+    assert notes and all(
+        "synth-a has 2 layer(s) with a value and synth-b has 2 layer(s)" in n
+        and "needs at least 5" in n
+        for n in notes
+    ), notes
