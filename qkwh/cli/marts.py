@@ -187,7 +187,8 @@ def compare(
             + "; `cannot tell` = the interval of A − B holds 0",
             highlight=False,
         )
-        kinds = sorted({r.interval for r in rows if r.interval})
+        # the kinds of the intervals shown (a row without an interval shows none)
+        kinds = sorted({r.interval for r in rows if r.interval and r.ci_low is not None})
         if "layers+documents" in kinds:
             which = "every metric" if kinds == ["layers+documents"] else "the metrics it covers"
             out.print(

@@ -288,7 +288,7 @@ def test_compare_names_direction_model_and_threshold(built):
     db, _ = built
     r = ok("compare", "synth-a", "synth-b", "-w", str(db))
     assert "difference = A − B = synth-a − synth-b" in r.stdout
-    assert "--documents" not in r.stdout, r.stdout
+    assert "--documents" not in r.stdout and "interval shown" not in r.stdout, r.stdout
     notes = [line for line in r.stdout.splitlines() if line.startswith("note:")]
     assert notes and all(
         "synth-a has 2 layer(s) with a value and synth-b has 2 layer(s)" in n
