@@ -11,14 +11,17 @@ deletes the file, never drops or recomputes another model, and refuses when the 
 a different dataset under a sample's model id.  It writes a report only into an empty folder
 or over an earlier qkwh report, and says when it replaces one.
 
-:func:`prepare` checks all of this before anything is written; the CLI then runs ingest,
-compute (the samples' heads only), the dbt build and the report.
+:func:`prepare` checks all of this before anything is written; :func:`run` then runs ingest,
+compute (the samples' heads only), the dbt build and the report (``qkwh demo`` prints what it
+says).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -91,6 +94,79 @@ def demo_analyses() -> tuple[str, ...]:
     return registry.names()
 
 
+@dataclass(frozen=True)
+class DemoResult:
+    """What :func:`run` did: where it wrote, the per-model summary, the report."""
+
+    plan: DemoPlan
+    model_ids: tuple[str, ...]
+    summary_columns: tuple[str, ...]
+    summary: list[tuple]  # one row per sample model (demo_summary.sql)
+    report: Any  # qkwh.reports.render's result (index, figures, skipped)
+    seconds: float
+
+
+def run(
+    warehouse: str | Path | None = None,
+    out: str | Path | None = None,
+    *,
+    on_step: Callable[[str, str], None] | None = None,
+) -> DemoResult:
+    """The whole pipeline on the embedded samples: :func:`prepare` (which refuses before anything
+    is written), ingest of each sample, compute of their heads (:func:`demo_analyses`), the dbt
+    build and the report.  ``on_step(step, line)`` hears each step as it ends (``"plan"``,
+    ``"ingest"``, ``"compute"``, ``"build"``, ``"report"``).  QkwhError when a head fails."""
+    import time
+
+    from qkwh.build import build as run_build
+    from qkwh.compute.runner import compute as run_compute
+    from qkwh.ingest import ingest as run_ingest
+    from qkwh.reports.render import render
+
+    def say(step: str, line: str) -> None:
+        if on_step is not None:
+            on_step(step, line)
+
+    plan = prepare(warehouse, out)
+    wh = plan.warehouse
+    if plan.other_models:
+        say(
+            "plan",
+            f"{wh} holds {len(plan.other_models)} other model(s) ({', '.join(plan.other_models)}); "
+            f"the demo adds or refreshes only {', '.join(SAMPLE_MODEL_IDS)}",
+        )
+    t0 = time.perf_counter()
+    ids = []
+    for sample in SAMPLE_DIRS:
+        rep = run_ingest(str(sample), warehouse=wh)
+        say("ingest", rep.summary())
+        ids.append(rep.model_id)
+    # the three default analyses plus the two opt-in ones (the RoPE bands and the document
+    # jackknife, uncertainty.document_groups at its default): the demo shows everything
+    analyses = demo_analyses()
+    crep = run_compute(wh, models=ids, analyses=analyses)
+    say(
+        "compute",
+        f"{crep.n_written} head(s) computed ({', '.join(analyses)}), "
+        f"{crep.n_skipped} unchanged, {len(crep.failures)} failed",
+    )
+    if crep.failures:
+        raise QkwhError(f"compute failed on {crep.failures[0][0]}: {crep.failures[0][1]}")
+    res = run_build(wh)
+    say("build", res.summary)
+    if plan.replaces_report:
+        say("report", f"replacing the earlier report in {plan.report_dir}")
+    rr = render(wh, out=plan.report_dir, models=ids)
+    con = store.connect(wh, read_only=True)
+    try:
+        cur = con.execute(store.load_sql("demo_summary"), [ids])
+        columns = tuple(d[0] for d in cur.description)
+        rows = cur.fetchall()
+    finally:
+        con.close()
+    return DemoResult(plan, tuple(ids), columns, rows, rr, time.perf_counter() - t0)
+
+
 def next_steps(wh: Path) -> list[str]:
     """The commands the demo suggests, written so that they work as printed in the working
     directory: ``-w`` (and a path for ``qkwh.open``) only when ``wh`` is not what the commands
@@ -110,16 +186,40 @@ def next_steps(wh: Path) -> list[str]:
         else [f"# (-w because $QKWH_WAREHOUSE names {os.environ['QKWH_WAREHOUSE']})"]
     )
     first, second = SAMPLE_MODEL_IDS
+    qkwh = qkwh_command()
     return [
         *envnote,
-        f"qkwh models{w}",
-        f'qkwh sql{w} "SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary"',
-        f"qkwh compare {first} {second}{w}",
-        f'qkwh sql{w} "SELECT metric, difference, ci_low, ci_high, interval, distinguishable '
-        f"FROM dataset_comparisons WHERE metric LIKE 'ap_%'\"",
+        f"{qkwh} models{w}",
+        f'{qkwh} sql{w} "SELECT model_id, n_heads, ap_overall, ap_drop FROM model_summary '
+        f'ORDER BY model_id"',
+        f"{qkwh} compare {first} {second}{w}",
+        f'{qkwh} sql{w} "SELECT model_a, model_b, metric, difference, ci_low, ci_high, interval, '
+        f"distinguishable FROM dataset_comparisons WHERE metric LIKE 'ap_%' ORDER BY ALL\"",
         f"{_python()} -c \"import qkwh; print(qkwh.open({where}).table('model_summary').to_pylist())\"",
-        f"qkwh compute{w} -p plasticity.empirical=true && qkwh build{w} && qkwh report{w}",
+        f"{qkwh} compute{w} -p plasticity.empirical=true && {qkwh} build{w} && {qkwh} report{w}",
     ]
+
+
+def qkwh_command() -> str:
+    """``qkwh`` when that name finds this installation's command on $PATH; else the full path of
+    the ``qkwh`` beside this Python (a virtualenv that is not active, say), else ``PYTHON -m
+    qkwh``: a printed command works as printed."""
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "qkwh"
+    found = shutil.which("qkwh")
+    if found and (not beside.exists() or Path(found).resolve() == beside.resolve()):
+        return "qkwh"
+    if beside.exists():
+        return _quoted(str(beside))
+    return f"{_quoted(sys.executable)} -m qkwh"
+
+
+def _quoted(path: str) -> str:
+    import shlex
+
+    return shlex.quote(path)
 
 
 def _python() -> str:

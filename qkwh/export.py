@@ -160,24 +160,29 @@ def _resolve_names(con: duckdb.DuckDBPyConnection, names: list[str]) -> list[tup
         if hit not in resolved:
             resolved.append(hit)
     if unknown:
-        raise NotFoundError(_unknown_message("table or mart", unknown, available))
+        raise NotFoundError(_unknown_message("table or mart", unknown, available, list(layer)))
     return resolved
 
 
-def _unknown_message(kind: str, unknown: list[str], available: list[str]) -> str:
+def _unknown_message(
+    kind: str, unknown: list[str], available: list[str], also: list[str] | None = None
+) -> str:
+    """``no <kind> named 'x' (did you mean a, b?)``, else every available name (none left out:
+    the one line is the list).  ``also`` are further names a close match may come from (the
+    staging views and intermediate tables)."""
     parts = []
+    candidates = list(dict.fromkeys([*available, *(also or [])]))
     for name in unknown:
-        close = difflib.get_close_matches(name, available, n=3, cutoff=0.5)
+        close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+        if not close:  # a name the user half remembers: a candidate that contains it, or it them
+            low = name.lower()
+            close = [c for c in candidates if low in c.lower() or c.lower() in low][:3]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         parts.append(f"{name!r}{hint}")
     plural = "s" if len(unknown) > 1 else ""
     tail = (
         ""
         if any("did you mean" in p for p in parts)
-        else (
-            f"; available: {', '.join(available[:40])}{' ...' if len(available) > 40 else ''}"
-            if available
-            else "; the warehouse has none"
-        )
+        else (f"; available: {', '.join(available)}" if available else "; the warehouse has none")
     )
     return f"no {kind}{plural} named {'; '.join(parts)}{tail}"

@@ -330,3 +330,30 @@ __all__ = [
     "use",
     "QkwhError",
 ]
+
+
+def set_names(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """config_id -> name of every named parameter set."""
+    return dict(con.execute(store.load_sql("run_config_names")).fetchall())
+
+
+def has_set(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether a parameter set is called ``name``."""
+    return con.execute(store.load_sql("run_config_named"), [name]).fetchone() is not None
+
+
+def heads_with_configs(
+    con: duckdb.DuckDBPyConnection, models: list[str] | None, config_ids: list[str]
+) -> int:
+    """Heads of ``models`` (None: all) holding rows of any of ``config_ids``."""
+    row = con.execute(store.load_sql("heads_with_configs"), [models or None, config_ids]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def most_documents(con: duckdb.DuckDBPyConnection, models: list[str] | None) -> int | None:
+    """The most documents (examples) any one file of ``models`` (None: all) holds, or None when
+    there is no file: the document-group jackknife cannot use more groups than this."""
+    counts = [
+        n for _, n in con.execute(store.load_sql("models_examples"), [models or None]).fetchall()
+    ]
+    return max((int(n) for n in counts if n is not None), default=None)

@@ -260,6 +260,7 @@ def status(con: duckdb.DuckDBPyConnection) -> tuple[list[ModelStatus], Staleness
 def _catalog_sql(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """qkwh/sql/<name>.sql; on a warehouse created before ``models.dataset`` existed and opened
     read-only (so not migrated yet), the column reads as NULL."""
+    con.execute("SET python_enable_replacements = false")  # a table name never finds a variable
     sql = store.load_sql(name)
     has = con.execute(
         "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'main' "
@@ -308,3 +309,48 @@ def status_table(models: list[ModelStatus]) -> tuple[list[str], list[list[str]]]
         for m in models
     ]
     return ["model_id", "dataset", "ingested (UTC)", "heads (analysable)", *names, "marts"], rows
+
+
+def model_ids(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every model id of the catalog, sorted."""
+    return [m for (m,) in con.execute(store.load_sql("model_ids")).fetchall()]
+
+
+def findings(
+    con: duckdb.DuckDBPyConnection, model_id: str | None = None, include_info: bool = False
+) -> list[tuple]:
+    """The ingest findings (model_id, severity, check, file, detail) of ``model_id`` (None: every
+    model), warnings and errors only unless ``include_info``; NotFoundError (exit 4) for a model
+    the warehouse does not hold."""
+    from qkwh.errors import NotFoundError, unknown_names
+
+    known = model_ids(con)
+    if model_id is not None and model_id not in known:
+        raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
+    return con.execute(store.load_sql("findings"), [model_id, include_info]).fetchall()
+
+
+@dataclass(frozen=True)
+class IntervalContext:
+    """What a model's intervals in ``model_metric_ci`` rest on (``qkwh compare`` explains a
+    missing interval with it)."""
+
+    model_id: str
+    n_layers: int  # the most layers any metric has a value on
+    documents: bool  # a document-group jackknife reaches its intervals
+
+
+def interval_context(
+    con: duckdb.DuckDBPyConnection, models: list[str]
+) -> dict[str, IntervalContext]:
+    """model_id -> :class:`IntervalContext` for the ``models`` found in ``model_metric_ci``."""
+    rows = con.execute(store.load_sql("interval_context"), [models]).fetchall()
+    return {m: IntervalContext(m, int(n or 0), bool(d)) for m, n, d in rows}
+
+
+def min_layers() -> int:
+    """The fewest layers the layer-cluster bootstrap draws from (the dbt var ``min_layers``)."""
+    import yaml
+
+    data = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())
+    return int(data["vars"]["min_layers"])

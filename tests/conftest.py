@@ -75,3 +75,56 @@ SMALL_SYNTH = (
 def small_synth_args(data: Path) -> list[str]:
     """The `qkwh synth` arguments that write :data:`SMALL_SYNTH` into ``data``."""
     return ["synth", str(data), *SMALL_SYNTH]
+
+
+def synth_args(
+    out: Path,
+    *,
+    layers: int = 2,
+    q_heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 16,
+    rows: int = 300,
+    seed: int | None = None,
+    knobs: dict[str, object] | None = None,
+) -> list[str]:
+    """The `qkwh synth` arguments of a small synthetic model written to ``out`` (the defaults are
+    :data:`SMALL_SYNTH`); ``knobs`` become ``--set NAME=VALUE``."""
+    args = ["synth", str(out), "--layers", str(layers), "--q-heads", str(q_heads)]
+    args += ["--kv-heads", str(kv_heads), "--head-dim", str(head_dim), "--rows", str(rows)]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    for name, value in (knobs or {}).items():
+        args += ["--set", f"{name}={value}"]
+    return args
+
+
+def qkwh_cli(*args: str, input: str | None = None):
+    """Run the qkwh command line in-process (typer's CliRunner, stdout and stderr apart) and
+    return the click Result."""
+    from typer.testing import CliRunner
+
+    from qkwh.cli import app
+
+    return CliRunner().invoke(app, list(args), input=input, terminal_width=200)
+
+
+def qkwh_ok(*args: str, input: str | None = None):
+    """:func:`qkwh_cli` that asserts exit code 0 (showing what was printed otherwise)."""
+    r = qkwh_cli(*args, input=input)
+    assert r.exit_code == 0, (args, r.output + r.stderr)
+    return r
+
+
+@pytest.fixture
+def cli():
+    """The qkwh command line in-process: ``cli(*args)`` returns the Result, ``cli.ok(*args)``
+    asserts exit code 0 (module-scoped fixtures use :func:`qkwh_cli` / :func:`qkwh_ok`)."""
+
+    class _Cli:
+        def __call__(self, *args: str, input: str | None = None):
+            return qkwh_cli(*args, input=input)
+
+        ok = staticmethod(qkwh_ok)
+
+    return _Cli()

@@ -2,7 +2,7 @@
 -- registered analysis covers in its current parameter set, from qkwh/sql/models_computed.sql)
 -- are inserted before `warnings` by qkwh.status.models_overview.
 SELECT m.model_id,
-       m.label,
+       coalesce(m.label, m.model_id) AS label,  -- as the marts show it (int_models)
        m.family,
        m.dataset,
        m.source_kind AS source,

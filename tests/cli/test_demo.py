@@ -13,18 +13,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from typer.testing import CliRunner
 
 from qkwh import store
-from qkwh.cli import app
 from qkwh.demo import SAMPLE_MODEL_ID, SAMPLE_MODEL_IDS, demo_analyses, next_steps, prepare
-from tests.conftest import snapshot
-
-runner = CliRunner()
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import snapshot, synth_args
 
 
 def _rows_of(db: Path, model_ids: list[str], *, raw: bool = False) -> dict[str, list]:
@@ -95,20 +88,7 @@ def research_warehouse(tmp_path: Path) -> Path:
     for name, seed in (("synth-a", 1), ("synth-b", 2)):
         data = tmp_path / name
         r = cli(
-            "synth",
-            str(data),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "600",
-            "--seed",
-            str(seed),
+            *synth_args(str(data), rows=600, seed=seed),
         )
         assert r.exit_code == 0, r.output
         r = cli("ingest", str(data), "--model-id", name, "-w", str(db))
@@ -173,18 +153,7 @@ def test_demo_refuses_a_different_model_under_a_sample_id(tmp_path: Path, sample
     data = tmp_path / "mine"
     assert (
         cli(
-            "synth",
-            str(data),
-            "--layers",
-            "1",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "300",
+            *synth_args(str(data), layers=1),
         ).exit_code
         == 0
     )

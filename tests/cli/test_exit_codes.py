@@ -18,19 +18,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from qkwh.cli import app
+from tests.conftest import qkwh_cli as cli
 from tests.conftest import small_synth_args
 
 REPO = Path(__file__).resolve().parents[2]
-runner = CliRunner()
 MODEL = "synth-e"
 TESTED = {0, 1, 2, 3, 4, 130}  # the codes the tests below produce
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")
@@ -226,8 +220,31 @@ def _moved_files(warehouse, tmp_path):
     return r
 
 
+def _closed_pipe(warehouse, tmp_path):
+    """`qkwh sql ... | head -1`: the reader goes away; the command ends quietly."""
+    import types
+
+    env = {k: v for k, v in os.environ.items() if k != "QKWH_WAREHOUSE"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qkwh.cli", "sql", "SELECT * FROM range(200000)", "-f", "csv"]
+        + ["-w", str(warehouse[0])],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    code = proc.wait(120)
+    assert err == "", err
+    return types.SimpleNamespace(exit_code=code, output="", stderr=err)
+
+
 SITUATIONS = {
     "a command that did what it was asked": _ok,
+    "a reader that stops early (output piped into `head`)": _closed_pipe,
     "an analysis error on some heads": _analysis_error,
     "a SQL error": _sql_error,
     "invalid parameters (`-p rotation.t_active=-1`)": _invalid_parameters,

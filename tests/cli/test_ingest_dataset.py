@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-import qkwh.cli as cli_module
+import qkwh.cli.output as cli_module
 from qkwh import store
 from qkwh.cli import app
 from qkwh.sniffed.metadata import read_metadata

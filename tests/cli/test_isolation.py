@@ -12,23 +12,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from typer.testing import CliRunner
 
 from qkwh import store
-from qkwh.cli import app
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import qkwh_ok as ok
+from tests.conftest import synth_args
 
-runner = CliRunner()
 A, B = "synth-a", "synth-b"
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
-
-
-def ok(*args: str):
-    r = cli(*args)
-    assert r.exit_code == 0, r.output + r.stderr
-    return r
 
 
 def _stored_comments(db: Path) -> dict[str, str]:
@@ -53,20 +43,7 @@ def two_models(tmp_path_factory) -> tuple[Path, dict[str, Path], dict[str, int]]
     for name, seed in ((A, 1), (B, 2)):
         folders[name] = tmp / name
         ok(
-            "synth",
-            str(folders[name]),
-            "--layers",
-            "2",
-            "--q-heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "16",
-            "--rows",
-            "400",
-            "--seed",
-            str(seed),
+            *synth_args(str(folders[name]), rows=400, seed=seed),
         )
         ok("ingest", str(folders[name]), "--model-id", name, "-w", str(db))
     ok("compute", "-w", str(db), "-j", "1")
@@ -189,18 +166,7 @@ def test_a_warehouse_from_before_per_model_views_is_upgraded_and_user_views_are_
 ):
     data, db = tmp_path / "m", tmp_path / "wh.duckdb"
     ok(
-        "synth",
-        str(data),
-        "--layers",
-        "1",
-        "--q-heads",
-        "2",
-        "--kv-heads",
-        "1",
-        "--head-dim",
-        "8",
-        "--rows",
-        "50",
+        *synth_args(str(data), layers=1, head_dim=8, rows=50),
     )
     ok("ingest", str(data), "--model-id", "m", "-w", str(db))
     con = duckdb.connect(str(db))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import qkwh.cli as cli_module
+import qkwh.cli.output as cli_module
 from qkwh.cli import app
 from tests.conftest import small_synth_args
 
@@ -49,6 +49,7 @@ def test_every_line_fits_and_nothing_is_cut_short(
     warehouse: Path, command: str, width: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cli_module.out, "width", width)
+    monkeypatch.setattr(cli_module.out, "soft_wrap", False)  # a terminal (a pipe never wraps)
     r = runner.invoke(app, [command, "-w", str(warehouse)])
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()

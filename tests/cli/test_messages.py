@@ -8,17 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from qkwh.cli import app
-from tests.conftest import small_synth_args
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import small_synth_args, synth_args
 
-runner = CliRunner()
 MODEL = "synth-m"
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args), terminal_width=200)
 
 
 def _commands(typer_app, prefix=()):
@@ -164,9 +159,7 @@ def test_build_prints_a_summary_and_keeps_dbts_log_in_its_file(warehouse, tmp_pa
     log = tmp_path / "wh.dbt" / "logs" / "dbt.log"
     assert r.stdout.splitlines()[-1] == f"full log: {log}"
     assert "dbt build ok" in r.stdout
-    assert re.fullmatch(
-        rf"dbt: building \d+ nodes \(full log: {re.escape(str(log))}\)\n", r.stderr
-    ), r.stderr
+    assert r.stderr.startswith("dbt: building ") and "full log" not in r.stderr, r.stderr
     assert len(r.stdout.splitlines()) <= 3
     assert len(log.read_text().splitlines()) > 200  # everything dbt said is kept there
 
@@ -175,18 +168,7 @@ def test_models_shows_the_label(tmp_path):
     data, db = tmp_path / "d", tmp_path / "wh.duckdb"
     assert (
         cli(
-            "synth",
-            str(data),
-            "--layers",
-            "1",
-            "--q-heads",
-            "1",
-            "--kv-heads",
-            "1",
-            "--head-dim",
-            "8",
-            "--rows",
-            "50",
+            *synth_args(str(data), layers=1, q_heads=1, head_dim=8, rows=50),
         ).exit_code
         == 0
     )

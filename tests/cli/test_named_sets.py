@@ -9,25 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from qkwh import store
-from qkwh.cli import app
+from tests.conftest import SMALL_SYNTH
+from tests.conftest import qkwh_cli as cli
+from tests.conftest import qkwh_ok as ok
 
-runner = CliRunner()
-SMALL = ["--layers", "2", "--q-heads", "2", "--kv-heads", "1", "--head-dim", "16", "--rows", "300"]
 HEX16 = re.compile(r"\b[0-9a-f]{16}\b")
-
-
-def cli(*args: str):
-    r = runner.invoke(app, list(args), terminal_width=200)
-    return r
-
-
-def ok(*args: str):
-    r = cli(*args)
-    assert r.exit_code == 0, (args, r.output + r.stderr)
-    return r
 
 
 def current(db: Path) -> dict[tuple[str, str], str]:
@@ -51,8 +39,8 @@ def sets(tmp_path_factory) -> tuple[Path, Path]:
     but not computed."""
     tmp = tmp_path_factory.mktemp("named")
     db = tmp / "wh.duckdb"
-    ok("synth", str(tmp / "d1"), *SMALL)
-    ok("synth", str(tmp / "d2"), *SMALL, "--seed", "3")
+    ok("synth", str(tmp / "d1"), *SMALL_SYNTH)
+    ok("synth", str(tmp / "d2"), *SMALL_SYNTH, "--seed", "3")
     ok("ingest", str(tmp / "d1"), "--model-id", "m1", "-w", str(db))
     ok("compute", "-w", str(db), "-j", "1", "--name", "base")
     ok(

@@ -9,17 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from qkwh.cli import app
+from tests.conftest import qkwh_cli as cli
 from tests.conftest import small_synth_args, snapshot
 
-runner = CliRunner()
 MODEL = "synth-sql"
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")

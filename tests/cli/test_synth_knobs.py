@@ -16,6 +16,7 @@ from qkwh.synth import (
     make_head,
     write_dataset,
 )
+from tests.conftest import synth_args
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -49,18 +50,7 @@ def test_every_knob_is_accepted(tmp_path):
         r = runner.invoke(
             app,
             [
-                "synth",
-                str(tmp_path / k),
-                "--layers",
-                "1",
-                "--q-heads",
-                "1",
-                "--kv-heads",
-                "1",
-                "--head-dim",
-                "8",
-                "--rows",
-                "50",
+                *synth_args(str(tmp_path / k), layers=1, q_heads=1, head_dim=8, rows=50),
                 "--set",
                 f"{k}={v}",
             ],
