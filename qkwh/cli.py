@@ -1136,7 +1136,7 @@ def _synth_help() -> str:
 @_friendly
 def synth(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write (sniffer layout).")],
-    layers: Annotated[int, typer.Option(help="Layers.")] = 4,
+    layers: Annotated[int, typer.Option(help="Layers.")] = 6,
     q_heads: Annotated[int, typer.Option(help="Query heads per layer.")] = 8,
     kv_heads: Annotated[int, typer.Option(help="Key/value heads per layer (GQA).")] = 2,
     head_dim: Annotated[int, typer.Option(help="Head dimension d.")] = 64,
