@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.bench  # runs a benchmark script end to end
+
 REPO = Path(__file__).resolve().parents[1]
 
 
