@@ -140,6 +140,7 @@ def test_progress_counts_every_node_by_kind_from_dbts_events(held_build):
     assert finished[-1].running == ()
 
 
+@pytest.mark.slow  # dbt parses the project before it finds the file held
 def test_build_gives_up_after_the_wait_with_exit_code_3(tmp_path, monkeypatch):
     wh = tmp_path / "qkwh.duckdb"
     store.connect(wh).close()
