@@ -147,7 +147,7 @@ class BuildProgress:
 
     ``failures`` holds every node that failed so far.  ``line`` is the one line a console should
     print for this event, or None: a node that failed, warned or was skipped, the plan and the
-    wait; after a fatal error (disk full) the many nodes dbt then reports are not repeated.
+    wait; from a fatal error on (disk full), which the build's error names once, no node's.
     """
 
     event: str
@@ -252,9 +252,8 @@ class _Tracker:
             if node.status in _FAILED:
                 self.failures.append(node)
                 fatal = _fatal_cause(node.message or "")
-                if fatal is not None and self.fatal is None:
-                    self.fatal = fatal
-                    line = f"ERROR {_kind_name(node)} {node.name}: {fatal}"
+                if fatal is not None:  # the build's error says it once, at the end
+                    self.fatal = self.fatal or fatal
                 elif self.fatal is None:
                     line = f"ERROR {_kind_name(node)} {node.name}: {_cause(node.message or node.status)}"
             elif node.status in ("warn", "skipped") and self.fatal is None:
