@@ -110,6 +110,7 @@ def test_document_groups_below_two_are_refused(data: Path, tmp_path: Path):
     assert rows(db, "SELECT count(*) FROM head_runs") == [(0,)]
 
 
+@pytest.mark.slow
 def test_two_workers_write_the_same_rows(data: Path, computed: Path, tmp_path: Path):
     db = tmp_path / "wh2.duckdb"
     cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))
