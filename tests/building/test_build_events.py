@@ -175,3 +175,41 @@ def test_build_is_refused_while_a_compute_runs(tmp_path):
     finally:
         con.close()
     assert not qbuild.dbt_work_dir(wh).exists()
+
+
+def test_a_build_whose_warehouse_changed_under_it_says_stale_not_ok(tmp_path):
+    """Another process wrote between the build's start and dbt's open (here: a new label): the
+    build's close finds the inputs changed, and its summary says STALE and why instead of ok."""
+    from typer.testing import CliRunner
+
+    from qkwh.build import BuildResult
+    from qkwh.cli import app
+    from tests.conftest import small_synth_args
+
+    data, wh = tmp_path / "m", tmp_path / "qkwh.duckdb"
+    for args in (small_synth_args(data), ["ingest", str(data), "--model-id", "m", "-w", str(wh)]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+
+    def dbt_writes(build_id: str, table: str) -> None:  # what dbt records for each table it writes
+        con = store.connect(wh)
+        try:
+            con.execute("INSERT INTO mart_relations VALUES (?, ?)", [table, build_id])
+        finally:
+            con.close()
+
+    unchanged = qbuild._start_build(wh)
+    dbt_writes(unchanged, "model_summary")
+    assert qbuild._finish_build(wh, unchanged) is None
+    changed = qbuild._start_build(wh)
+    dbt_writes(changed, "head_metrics")
+    con = store.connect(wh)
+    try:
+        con.execute("UPDATE models SET label = 'relabelled' WHERE model_id = 'm'")
+    finally:
+        con.close()
+    reason = qbuild._finish_build(wh, changed)
+    assert reason is not None and "the warehouse changed while dbt ran" in reason
+    result = BuildResult(wh, "build", True, 1.0, (), tmp_path, tmp_path, stale=reason)
+    assert result.summary.startswith("dbt build done but STALE in 1.0s")
+    assert "ok" not in result.summary.split(":")[0] and reason in result.summary
