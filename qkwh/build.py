@@ -16,6 +16,7 @@ checks are off, so nothing touches the network.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -70,6 +71,7 @@ class BuildResult:
     target_path: Path
     log_path: Path
     messages: tuple[str, ...] = field(default=(), repr=False)
+    stale: str | None = None  # why the marts are stale already (see build()), or None
 
     @property
     def failed(self) -> tuple[NodeResult, ...]:
@@ -104,11 +106,217 @@ class BuildResult:
         """One line: counts per resource type and status, and the elapsed time."""
         by = Counter((n.resource_type, n.status) for n in self.nodes)
         parts = [f"{k[0]} {k[1]}={v}" for k, v in sorted(by.items())]
-        state = "ok" if self.success else "FAILED"
-        return f"dbt {self.command} {state} in {self.seconds:.1f}s: " + ", ".join(parts)
+        state = "FAILED" if not self.success else "done but STALE" if self.stale else "ok"
+        line = f"dbt {self.command} {state} in {self.seconds:.1f}s: " + ", ".join(parts)
+        return line + (f"; stale: {self.stale}" if self.stale else "")
 
     def __str__(self) -> str:
         return self.summary
+
+
+#: how a kind of node is named for a user (dbt's resource types)
+KIND_NAMES = {
+    "model": ("model", "models"),
+    "test": ("data test", "data tests"),
+    "unit_test": ("unit test", "unit tests"),
+    "seed": ("seed", "seeds"),
+    "snapshot": ("snapshot", "snapshots"),
+}
+_KIND_ORDER = ("model", "test", "unit_test", "seed", "snapshot")
+_FAILED = ("error", "fail", "runtime error")
+
+
+def _plural(n: int, kind: str) -> str:
+    one, many = KIND_NAMES.get(kind, (kind, kind + "s"))
+    return f"{n} {one if n == 1 else many}"
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    """Where a running build stands, from dbt's structured events (no log text is parsed).
+
+    ``event`` says what just happened:
+
+    * ``"planned"``: dbt has selected its nodes (once per build): ``total`` nodes will run,
+      ``planned`` counts them by kind (``model``, ``test``, ``unit_test``, ``seed``,
+      ``snapshot``; empty when a ``--select`` hides the kinds);
+    * ``"started"``: the node ``current`` started (``running`` lists every node running now);
+    * ``"finished"``: ``node`` finished (``done`` counts the finished nodes by kind);
+    * ``"waiting"``: another process holds the warehouse as dbt opens it; ``message`` says who
+      and for how long the build waits before giving up.
+
+    ``failures`` holds every node that failed so far.  ``line`` is the one line a console should
+    print for this event, or None: a node that failed, warned or was skipped, the plan and the
+    wait; from a fatal error on (disk full), which the build's error names once, no node's.
+    """
+
+    event: str
+    total: int
+    planned: dict[str, int]
+    done: dict[str, int]
+    failures: tuple[NodeResult, ...]
+    running: tuple[str, ...]
+    current: str | None = None
+    node: NodeResult | None = None
+    message: str | None = None
+    log_file: Path | None = None
+
+    @property
+    def n_done(self) -> int:
+        """Finished nodes, all kinds."""
+        return sum(self.done.values())
+
+    def plan(self) -> str:
+        """``524 nodes: 66 models, 441 data tests, 12 unit tests, 5 seeds``."""
+        head = f"{self.total} node{'s' if self.total != 1 else ''}"
+        kinds = [_plural(self.planned[k], k) for k in _KIND_ORDER if self.planned.get(k)]
+        kinds += [_plural(n, k) for k, n in sorted(self.planned.items()) if k not in _KIND_ORDER]
+        return head + (": " + ", ".join(kinds) if kinds else "")
+
+    @property
+    def line(self) -> str | None:
+        if self.event == "planned":
+            return f"dbt: building {self.plan()}"
+        if self.event == "waiting":
+            return self.message
+        if self.event == "finished" and self.node is not None and self.message is not None:
+            return self.message
+        return None
+
+
+ProgressCallback = Callable[[BuildProgress], None]
+
+
+class _Tracker:
+    """Turns dbt's events into :class:`BuildProgress` calls (one at a time: dbt reports from
+    its worker threads)."""
+
+    def __init__(self, callback: ProgressCallback | None, manifest: Path, log_file: Path):
+        self.callback = callback
+        self.manifest = manifest
+        self.log_file = log_file
+        self.lock = threading.Lock()
+        self.total = 0
+        self.planned: dict[str, int] = {}
+        self.announced = False
+        self.fatal: str | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """A new dbt invocation (after waiting for the warehouse): counts start again."""
+        self.done: Counter[str] = Counter()
+        self.failures: list[NodeResult] = []
+        self.running: dict[str, str] = {}
+
+    def emit(self, event: str, **kw: Any) -> None:
+        if self.callback is None:
+            return
+        self.callback(
+            BuildProgress(
+                event=event,
+                total=self.total,
+                planned=dict(self.planned),
+                done=dict(self.done),
+                failures=tuple(self.failures),
+                running=tuple(self.running.values()),
+                log_file=self.log_file,
+                **kw,
+            )
+        )
+
+    def on_event(self, event: Any) -> None:
+        name = event.info.name
+        if name not in ("ConcurrencyLine", "NodeStart", "NodeFinished"):
+            return
+        with self.lock:
+            if name == "ConcurrencyLine":
+                self.reset()
+                self.planned = _planned_kinds(self.manifest, int(event.data.node_count))
+                self.total = sum(self.planned.values()) or int(event.data.node_count)
+                if not self.announced:
+                    self.announced = True
+                    self.emit("planned")
+                return
+            info = event.data.node_info
+            if info.materialized == "ephemeral":
+                return
+            if name == "NodeStart":
+                self.running[info.unique_id] = info.node_name
+                self.emit("started", current=info.node_name)
+                return
+            self.running.pop(info.unique_id, None)
+            node = _node_from_event(info, event.data.run_result)
+            self.done[node.resource_type] += 1
+            self.total = max(self.total, sum(self.done.values()))  # a --select's unit tests
+            line = None
+            if node.status in _FAILED:
+                self.failures.append(node)
+                fatal = _fatal_cause(node.message or "")
+                if fatal is not None:  # the build's error says it once, at the end
+                    self.fatal = self.fatal or fatal
+                elif self.fatal is None:
+                    line = f"ERROR {_kind_name(node)} {node.name}: {_cause(node.message or node.status)}"
+            elif node.status in ("warn", "skipped") and self.fatal is None:
+                what = "WARN" if node.status == "warn" else "SKIP"
+                detail = (
+                    f": {_cause(node.message)}" if node.message and node.status == "warn" else ""
+                )
+                line = f"{what} {_kind_name(node)} {node.name}{detail}"
+            self.emit("finished", node=node, message=line)
+
+
+def _kind_name(node: NodeResult) -> str:
+    return KIND_NAMES.get(node.resource_type, (node.resource_type, ""))[0]
+
+
+def _node_from_event(info: Any, run_result: Any) -> NodeResult:
+    status = str(getattr(run_result, "status", "") or getattr(info, "node_status", "")).lower()
+    failures = getattr(run_result, "num_failures", None)
+    return NodeResult(
+        unique_id=info.unique_id,
+        name=info.node_name,
+        resource_type=info.resource_type,
+        status=status,
+        message=getattr(run_result, "message", None) or None,
+        seconds=float(getattr(run_result, "execution_time", 0.0) or 0.0),
+        failures=int(failures) if failures else None,
+    )
+
+
+def _planned_kinds(manifest: Path, total: int) -> dict[str, int]:
+    """Nodes by kind that a full build runs, from the manifest dbt wrote when it parsed the
+    project; empty when they do not add up to the ``total`` dbt selected (a ``--select``).
+    dbt's own count leaves the unit tests out, although `dbt build` runs them."""
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return {}
+    kinds: Counter[str] = Counter()
+    for node in data.get("nodes", {}).values():
+        kind = node.get("resource_type")
+        materialized = (node.get("config") or {}).get("materialized")
+        if kind in KIND_NAMES and materialized != "ephemeral":
+            kinds[kind] += 1
+    kinds["unit_test"] += len(data.get("unit_tests", {}))
+    planned = {k: n for k, n in kinds.items() if n}
+    n = sum(planned.values())
+    return planned if total in (n, n - planned.get("unit_test", 0)) else {}
+
+
+#: messages of errors after which every further node fails for the same reason
+_FATAL = (
+    (re.compile(r"no space left on device", re.I), "the disk is full (no space left on device)"),
+    (re.compile(r"file too large", re.I), "a file grew past the size allowed (file too large)"),
+    (re.compile(r"disk quota exceeded", re.I), "the disk quota is exceeded"),
+    (re.compile(r"read-only file system", re.I), "the file system is read-only"),
+)
+
+
+def _fatal_cause(text: str) -> str | None:
+    for pattern, cause in _FATAL:
+        if pattern.search(text):
+            return cause
+    return None
 
 
 # ------------------------------------------------------------------------------------------
@@ -125,6 +333,7 @@ def build(
     threads: int | None = None,
     log_sink: LogSink | None = None,
     dbt_vars: dict[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
 ) -> BuildResult:
     """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
 
@@ -139,6 +348,15 @@ def build(
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
     ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
+
+    ``progress`` is called with a :class:`BuildProgress` as dbt plans, starts and finishes each
+    node (from dbt's structured events); dbt's text lines then go to its log file only, unless
+    ``log_sink`` takes them too.  A build started while a ``qkwh compute`` runs on the warehouse
+    is refused (WarehouseLockedError: its marts would be stale as soon as the compute writes its
+    next batch).  When dbt finds the warehouse held by another process as it opens it, the build
+    waits for it (``$QKWH_LOCK_TIMEOUT``, default 10 s) before giving up.  When the warehouse
+    changed while dbt ran (a compute or ingest wrote between the build's start and dbt's open),
+    the result's ``stale`` says so and its summary does not say "ok".
     """
     warehouse = Path(warehouse).expanduser().resolve()
     args = ["build"]
@@ -150,15 +368,45 @@ def build(
         args.append("--full-refresh")
     if threads:
         args += ["--threads", str(int(threads))]
+    _refuse_during_compute(warehouse)
     build_id = _start_build(warehouse)
+    stale = None
     try:
-        result = _run_dbt(Path(warehouse), args, target_dir=target_dir, log_sink=log_sink)
+        result = _run_dbt(
+            Path(warehouse), args, target_dir=target_dir, log_sink=log_sink, progress=progress
+        )
     finally:
         if build_id is not None:
-            _finish_build(warehouse, build_id)
+            stale = _finish_build(warehouse, build_id)
+    if stale:
+        result = dataclasses.replace(result, stale=stale)
     if not result.success:
         raise _failure_error(result)
     return result
+
+
+def _refuse_during_compute(warehouse: Path) -> None:
+    """Raise WarehouseLockedError when a ``qkwh compute`` holds the warehouse's compute lock."""
+    lock = warehouse.with_name(warehouse.name + ".compute.lock")
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no compute lock to look at
+        return
+    try:
+        fh = open(lock)  # noqa: SIM115 - closed below
+    except OSError:  # no lock file: no compute has run, or the last one ended
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pid = fh.read().split("\t")[0].strip()
+            raise WarehouseLockedError(
+                f"a qkwh compute{f' (process {pid})' if pid else ''} is running on {warehouse}: "
+                "marts built now would be stale as soon as it writes its next heads; run "
+                "`qkwh build` when it has finished (nothing was built)"
+            ) from None
+        fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _start_build(warehouse: Path) -> str | None:
@@ -166,30 +414,60 @@ def _start_build(warehouse: Path) -> str | None:
     id, or None when there is no warehouse (the build then fails with NotFoundError)."""
     if not warehouse.exists():
         return None
+    import duckdb
+
     from qkwh import status, store
 
     con = store.connect(warehouse)
     try:
         return status.start_build(con)
+    except duckdb.Error as exc:
+        cause = _fatal_cause(str(exc))
+        if cause is None:
+            raise
+        raise QkwhError(
+            f"qkwh build could not start: {cause} writing {warehouse}; nothing was built: free "
+            "space and run it again"
+        ) from None
     finally:
         con.close()
 
 
-def _finish_build(warehouse: Path, build_id: str) -> None:
-    """Close the build's record.  Best effort: when it fails (the warehouse locked by another
-    process right after dbt, say), the build stays marked running, which the next build closes
-    and staleness treats like a build that was killed; the build's own outcome is reported."""
+def _finish_build(warehouse: Path, build_id: str) -> str | None:
+    """Close the build's record and return why its marts are already stale, or None.
+
+    Best effort: when closing fails (the warehouse locked by another process right after dbt,
+    say), the build stays marked running, which the next build closes and staleness treats like
+    a build that was killed; the build's own outcome is reported, with that reason."""
+    import duckdb
+
     from qkwh import status, store
 
     try:
         con = store.connect(warehouse)
     except QkwhError as exc:
         log.warning("could not close the record of build %s: %s", build_id, exc)
-        return
+        return (
+            "its record could not be closed (another process held the warehouse right after "
+            "dbt), so the marts count as stale: run `qkwh build` again"
+        )
     try:
         status.finish_build(con, build_id)
+        row = con.execute(
+            "SELECT inputs_json FROM mart_builds WHERE build_id = ?", [build_id]
+        ).fetchone()
+    except duckdb.Error as exc:  # a full disk, say: the build's own outcome is what to report
+        log.warning("could not close the record of build %s: %s", build_id, _first_line(str(exc)))
+        return "its record could not be closed, so the marts count as stale: run `qkwh build` again"
     finally:
         con.close()
+    if row is not None and json.loads(row[0]) is None:
+        return (
+            "the warehouse changed while dbt ran (another process, e.g. a qkwh compute or "
+            "ingest, wrote to it before dbt opened it), so the marts may mix both states: run "
+            "`qkwh build` again"
+        )
+    return None
 
 
 def docs_generate(
@@ -247,8 +525,11 @@ def _run_dbt(
     *,
     target_dir: Path | None,
     log_sink: LogSink | None,
+    progress: ProgressCallback | None = None,
 ) -> BuildResult:
-    from dbt.cli.main import dbtRunner  # heavy import: only when a build is asked for
+    """Run dbt; when another process holds the warehouse as dbt opens it (before any node has
+    run), wait for the file (up to :func:`qkwh.store.lock_wait`) and run dbt again."""
+    from qkwh import store
 
     warehouse = warehouse.expanduser().resolve()
     _prepare_warehouse(warehouse)
@@ -256,7 +537,64 @@ def _run_dbt(
     work = target_path.parent if target_path else dbt_work_dir(warehouse)
     target_path = target_path or work / "target"
     log_path = work / "logs"
-    profiles_dir = _write_profiles(work)
+    tracker = _Tracker(progress, target_path / "manifest.json", log_path / "dbt.log")
+    wait = store.lock_wait()
+    deadline: float | None = None  # from the first time dbt finds the file held
+    t0 = time.perf_counter()
+    while True:
+        try:
+            result = _invoke_dbt(
+                warehouse, command_args, target_path, log_path, log_sink, progress, tracker
+            )
+        except _LockedAtOpen as locked:
+            if deadline is None:
+                deadline = time.monotonic() + wait
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WarehouseLockedError(
+                    _lock_message(warehouse, locked.detail, waited=wait)
+                ) from None
+            holder = re.search(r"PID (\d+)", locked.detail)
+            note = (
+                f"dbt: warehouse {warehouse} is held by another process"
+                f"{f' (PID {holder.group(1)})' if holder else ''}; waiting up to "
+                f"{remaining:.0f} s for it ($QKWH_LOCK_TIMEOUT)"
+            )
+            if log_sink is not None:
+                log_sink(note)
+            elif progress is None:
+                log.warning("%s", note)
+            tracker.emit("waiting", message=note)
+            try:  # returns as soon as the file can be opened for writing
+                store.connect(warehouse, wait=remaining, schema=False).close()
+            except WarehouseLockedError:
+                raise WarehouseLockedError(
+                    _lock_message(warehouse, locked.detail, waited=wait)
+                ) from None
+            continue
+        return dataclasses.replace(result, seconds=time.perf_counter() - t0)
+
+
+class _LockedAtOpen(Exception):
+    """dbt could not open the warehouse (another process holds it) and ran no node."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _invoke_dbt(
+    warehouse: Path,
+    command_args: list[str],
+    target_path: Path,
+    log_path: Path,
+    log_sink: LogSink | None,
+    progress: ProgressCallback | None,
+    tracker: _Tracker,
+) -> BuildResult:
+    from dbt.cli.main import dbtRunner  # heavy import: only when a build is asked for
+
+    profiles_dir = _write_profiles(log_path.parent)
     command = " ".join(a for a in command_args if not a.startswith("-"))
 
     args = [
@@ -286,11 +624,12 @@ def _run_dbt(
             interrupted.is_set()
         ):  # after Ctrl-C: dbt's cancel messages and traceback stay in its log file
             return
+        tracker.on_event(event)
         if info.level in ("info", "warn", "error") and info.msg.strip():
             messages.append(info.msg)
             if log_sink is not None:
                 log_sink(info.msg)
-            else:
+            elif progress is None:
                 log.log(_LEVELS.get(info.level, logging.INFO), "%s", info.msg)
 
     t0 = time.perf_counter()
@@ -329,8 +668,17 @@ def _run_dbt(
     )
     texts = [str(res.exception or "")] + [n.message or "" for n in nodes] + messages
     if any(_is_lock_message(t) for t in texts):
-        raise WarehouseLockedError(
-            _lock_message(warehouse, next(t for t in texts if _is_lock_message(t)))
+        detail = next(t for t in texts if _is_lock_message(t))
+        if not any(n.ok for n in nodes):
+            raise _LockedAtOpen(detail)
+        raise WarehouseLockedError(_lock_message(warehouse, detail))
+    fatal = next((c for c in map(_fatal_cause, texts) if c is not None), None)
+    if fatal is not None and not res.success:
+        built = sum(1 for n in nodes if n.ok and n.resource_type in ("model", "seed"))
+        raise QkwhError(
+            f"dbt {command} stopped: {fatal} writing {warehouse} or its dbt folder "
+            f"{log_path.parent}; the {built} table(s) built before are kept and nothing is "
+            f"half-written: free space and run it again (log: {log_path / 'dbt.log'})"
         )
     if res.exception is not None and not nodes:
         raise QkwhError(
@@ -411,11 +759,12 @@ def _is_lock_message(text: str) -> bool:
     return any(p in low for p in _LOCK_PATTERNS)
 
 
-def _lock_message(warehouse: Path, detail: str) -> str:
+def _lock_message(warehouse: Path, detail: str, waited: float | None = None) -> str:
     pid = re.search(r"PID (\d+)", detail)
     holder = f" (held by PID {pid.group(1)})" if pid else ""
+    after = f" (waited {waited:g} s; $QKWH_LOCK_TIMEOUT sets how long)" if waited else ""
     return (
-        f"warehouse {warehouse} is locked by another process{holder}; "
+        f"warehouse {warehouse} is locked by another process{holder}{after}; "
         "wait for it to finish or close it, then run the build again"
     )
 

@@ -1,4 +1,6 @@
-"""What `qkwh sql` may run: one query, on a connection that can read but never write.
+"""What `qkwh sql` and ``qkwh.open().sql()`` may run: one query, on a connection that can read
+but never write.  Both entry points go through :func:`check_query` and :func:`lock_down` (one
+implementation of the policy).
 
 The policy (docs/guarantees.md):
 
@@ -40,17 +42,24 @@ def error_text(exc: Exception) -> str:
     return "\n".join(line.rstrip() for line in str(exc).splitlines() if line.strip())
 
 
-def check_query(query: str) -> None:
-    """Raise unless ``query`` is exactly one read statement (see the module docstring)."""
+#: how the CLI's messages name the entry point (``qkwh.open().sql()`` passes its own name)
+CLI = "`qkwh sql`"
+
+
+def check_query(query: str, entry: str = CLI) -> None:
+    """Raise unless ``query`` is exactly one read statement (see the module docstring).
+
+    ``entry`` names the entry point in the messages (`qkwh sql`, ``Warehouse.sql``)."""
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:  # the whole message: its LINE/caret lines show where
         raise QkwhError(error_text(exc)) from None
     if not statements:
-        raise InputError('no SQL statement given: `qkwh sql "SELECT ..."`')
+        example = '`qkwh sql "SELECT ..."`' if entry == CLI else f'{entry}("SELECT ...")'
+        raise InputError(f"no SQL statement given: {example}")
     if len(statements) > 1:
         raise InputError(
-            f"`qkwh sql` runs one statement; this holds {len(statements)}: run them one at a "
+            f"{entry} runs one statement; this holds {len(statements)}: run them one at a "
             "time (nothing was run)"
         )
     kind = statements[0].type
@@ -60,7 +69,7 @@ def check_query(query: str) -> None:
             "MULTI": "multi-statement (e.g. a PIVOT without `IN (...)` values)",
         }.get(kind.name, kind.name)
         raise InputError(
-            f"`qkwh sql` only reads: a {name} statement is refused (one SELECT, WITH, FROM, "
+            f"{entry} only reads: a {name} statement is refused (one SELECT, WITH, FROM, "
             "VALUES, DESCRIBE, SHOW or SUMMARIZE query; nothing was run)"
         )
 

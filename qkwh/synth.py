@@ -467,6 +467,11 @@ def _jitter(rng: np.random.Generator, value: float, rel: float) -> float:
 #: The numeric knobs of the planted geometry that ``qkwh synth --set NAME=VALUE`` sets, with what
 #: each plants; their defaults are :func:`make_head`'s (and :func:`write_dataset`'s for the last
 #: two).  ``qkwh synth --help`` and docs/synth.md are generated from this table.
+#: layers of a synthetic model by default: more than the dbt project's ``min_layers`` (5), the
+#: fewest layers the layer bootstrap draws intervals for, so that a default model gets intervals
+#: and ``qkwh compare`` can tell two of them apart
+DEFAULT_LAYERS = 6
+
 SYNTH_KNOBS: dict[str, str] = {
     "alpha_q": "drift slope of the queries along the planted axis a (vector units per token)",
     "alpha_k": "drift slope of the keys along a (vector units per token)",
@@ -520,7 +525,7 @@ def write_dataset(
     root: Path | str,
     *,
     model_name: str = "synthetic/qkwh-synth",
-    n_layers: int = 4,
+    n_layers: int = DEFAULT_LAYERS,
     n_q_heads: int = 8,
     n_kv_heads: int = 2,
     heads: Iterable[tuple[int, int]] | None = None,

@@ -116,9 +116,19 @@ class Warehouse:
         return Result(self._read(read))
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> Result:
-        """The rows of a read-only SQL query; ``?`` placeholders take ``params``."""
+        """The rows of one read-only SQL query; ``?`` placeholders take ``params``.
+
+        The same policy as `qkwh sql` (:mod:`qkwh.readonly`, docs/guarantees.md): exactly one
+        query (SELECT, WITH, FROM, VALUES, DESCRIBE, SHOW, SUMMARIZE); COPY, EXPORT, ATTACH,
+        INSTALL/LOAD, SET, PRAGMA, CALL and every other statement raise
+        :class:`~qkwh.errors.InputError` before anything runs, and the connection's configuration
+        is locked (no extension installed or loaded, no Python variable visible)."""
+        from qkwh.readonly import check_query, lock_down
+
+        check_query(query, "Warehouse.sql")
 
         def read(con):
+            lock_down(con)
             rel = con.sql(query, params=list(params) if params else None)
             if rel is None:
                 raise ValueError(

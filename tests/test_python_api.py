@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import qkwh
 from qkwh import store
 from qkwh.cli import app
-from qkwh.errors import NotFoundError
+from qkwh.errors import InputError, NotFoundError
 from tests.conftest import small_synth_args
 
 MODEL = "synth-py"
@@ -53,7 +53,7 @@ def test_open_lists_tables_and_reads_them_as_arrow_numpy_and_rows(db):
 def test_open_is_read_only_and_holds_no_lock(db):
     wh = qkwh.open(db)
     wh.table("models")
-    with pytest.raises(Exception, match="read-only"):
+    with pytest.raises(InputError, match="only reads"):
         wh.sql("CREATE TABLE x AS SELECT 1")
     con = store.connect(db)  # a writer gets in while `wh` is alive
     con.close()
@@ -74,3 +74,34 @@ def test_pandas_when_present(db):
     pd = pytest.importorskip("pandas")
     frame = qkwh.open(db).table("heads").to_pandas()
     assert isinstance(frame, pd.DataFrame) and len(frame) == 4
+
+
+def test_sql_has_the_same_statement_guard_as_qkwh_sql(db, tmp_path):
+    """qkwh.open().sql() is documented read-only: COPY, EXPORT, SET, INSTALL, ATTACH and two
+    statements are refused before anything runs (no file written), and a query cannot unlock
+    the connection's configuration or reach Python variables."""
+    wh = qkwh.open(db)
+    out = tmp_path / "out.csv"
+    refused = {
+        f"COPY (SELECT * FROM models) TO '{out}'": "COPY",
+        f"EXPORT DATABASE '{tmp_path / 'dump'}'": "EXPORT",
+        "SET threads = 1": "SET",
+        "INSTALL httpfs": "INSTALL/LOAD",
+        "LOAD httpfs": "INSTALL/LOAD",
+        f"ATTACH '{tmp_path / 'other.duckdb'}' AS o": "ATTACH",
+        "PRAGMA enable_profiling": "PRAGMA",
+        f"SELECT 1; COPY (SELECT 1) TO '{out}'": "runs one statement",
+    }
+    for query, name in refused.items():
+        with pytest.raises(InputError, match=r"Warehouse\.sql") as info:
+            wh.sql(query)
+        assert name in str(info.value) and "nothing was run" in str(info.value), query
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # the configuration is locked and Python variables stay invisible
+    locked = wh.sql("SELECT current_setting('lock_configuration') AS v").to_pylist()
+    assert locked == [{"v": True}]
+    secret = pa.table({"x": [1]})  # noqa: F841  (a replacement scan would find it)
+    with pytest.raises(Exception, match="secret"):
+        wh.sql("SELECT * FROM secret")
+    # reading still works, with parameters
+    assert wh.sql("SELECT ? + 1 AS y", [1]).to_pylist() == [{"y": 2}]

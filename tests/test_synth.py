@@ -340,3 +340,23 @@ def test_doc_spread_scales_each_documents_bias_and_drift(tmp_path: Path) -> None
     assert "doc_factors" not in json.loads((tmp_path / "b" / "_synth_truth.json").read_text())
     with pytest.raises(ValueError, match="doc_spread"):
         synth.write_dataset(tmp_path / "c", doc_spread=-1.0)
+
+
+def test_default_models_have_enough_layers_for_intervals():
+    """A model written with the defaults (library and `qkwh synth`) gets layer-bootstrap
+    intervals, so `qkwh compare` can compare it: the bootstrap needs min_layers layers."""
+    import inspect
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from qkwh.cli import app
+    from qkwh.paths import DBT_PROJECT_DIR
+
+    project = yaml.safe_load((DBT_PROJECT_DIR / "dbt_project.yml").read_text())
+    min_layers = int(project["vars"]["min_layers"])
+    default = inspect.signature(synth.write_dataset).parameters["n_layers"].default
+    assert default == synth.DEFAULT_LAYERS > min_layers
+    r = CliRunner().invoke(app, ["synth", "--help"], env={"COLUMNS": "200"})
+    line = next(ln for ln in r.output.splitlines() if "--layers" in ln)
+    assert f"default: {synth.DEFAULT_LAYERS}" in line.replace("[", " ").replace("]", " ")

@@ -38,7 +38,8 @@ class SynthCommand(Command):
 @friendly
 def synth(
     out_dir: Annotated[Path, typer.Argument(help="Folder to write (sniffer layout).")],
-    layers: Annotated[int, typer.Option(help="Layers.")] = 4,
+    # synth.DEFAULT_LAYERS (not imported here: --help stays free of numpy)
+    layers: Annotated[int, typer.Option(help="Layers (the layer bootstrap needs at least 5).")] = 6,
     q_heads: Annotated[int, typer.Option(help="Query heads per layer.")] = 8,
     kv_heads: Annotated[int, typer.Option(help="Key/value heads per layer (GQA).")] = 2,
     head_dim: Annotated[int, typer.Option(help="Head dimension d.")] = 64,

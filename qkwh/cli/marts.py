@@ -41,27 +41,18 @@ def run_build(wh: Path, select: str | None = None):
     warns or is skipped, all from dbt's structured events (``progress=``, a callback receiving a
     ``BuildProgress``: ``event``, ``total``, ``n_done`` and the ``line`` to print).  dbt's own
     text stays in its log file, whose path the caller prints once."""
-    import inspect
-
     from qkwh.build import build
 
-    if "progress" not in inspect.signature(build).parameters:  # a build without events
-        announced: list[bool] = []
-
-        def started(line: str) -> None:
-            if not announced:
-                announced.append(True)
-                err.print("dbt: building the marts", highlight=False)
-
-        return build(wh, select=select, log_sink=started)
     with dbt_progress() as on_progress:
-        return build(wh, select=select, progress=on_progress)  # type: ignore[call-arg]
+        return build(wh, select=select, progress=on_progress)
 
 
 @contextlib.contextmanager
 def dbt_progress():
     """A ``progress`` callback for ``qkwh.build.build`` (see :func:`run_build`)."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from qkwh.build import BuildProgress
 
     bar = lazy_progress(
         TextColumn("{task.description}"),
@@ -73,7 +64,9 @@ def dbt_progress():
     )
     state: dict = {}
 
-    def on_progress(p) -> None:  # one call at a time (build.py serialises dbt's threads)
+    def on_progress(
+        p: BuildProgress,
+    ) -> None:  # one call at a time (build.py serialises dbt's threads)
         if p.event == "planned":
             state["task"] = bar.add_task("dbt build", total=p.total)
         elif p.event == "finished" and "task" in state:

@@ -508,6 +508,7 @@ def _fixture_heads(root: Path) -> list[HeadData]:
     return heads
 
 
+@pytest.mark.slow
 def test_real_fixture_residual_and_bias(shared_fixture: Path) -> None:
     heads = _fixture_heads(shared_fixture)
     assert len(heads) == 60

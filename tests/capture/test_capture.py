@@ -166,6 +166,7 @@ def test_positions_follow_the_masks_shared_by_the_heads_of_a_layer(llama_capture
     assert not np.array_equal(q[0][1], k[0][1])  # Q and K masks are drawn independently
 
 
+@pytest.mark.slow
 def test_same_settings_write_identical_bytes(tiny_models, docs, llama_capture, tmp_path):
     again = tmp_path / "again"
     capture(settings(tiny_models["llama"], docs), again)

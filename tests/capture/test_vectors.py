@@ -106,7 +106,7 @@ def check_against_recompute(model_dir: Path, docs: Path, out: Path) -> dict[str,
     return checked
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", pytest.param("qwen3", marks=pytest.mark.slow)])
 def test_vectors_equal_projection_norm_rope_recomputed_from_weights(
     kind, tiny_models, docs, tmp_path
 ):

@@ -196,6 +196,7 @@ def _assert_whole_heads(db: Path) -> None:
     con.close()
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_no_partial_head_and_resumes(computed: Path, tmp_path: Path):
     db = _fresh(tmp_path)
     script = textwrap.dedent(f"""

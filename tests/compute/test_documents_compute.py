@@ -76,6 +76,7 @@ def _metrics(analysis: str) -> tuple[str, ...]:
     return jackknife.metric_columns(registry.get(analysis))
 
 
+@pytest.mark.slow
 def test_without_documents_the_jackknife_is_not_computed(data: Path, tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))
@@ -88,6 +89,7 @@ def test_without_documents_the_jackknife_is_not_computed(data: Path, tmp_path: P
     assert rows(db, "SELECT count(DISTINCT doc_group) FROM head_jackknife") == [(10,)]
 
 
+@pytest.mark.slow
 def test_more_groups_than_documents_warns_and_still_computes(data: Path, tmp_path: Path):
     db = tmp_path / "wh.duckdb"
     cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))
@@ -110,6 +112,7 @@ def test_document_groups_below_two_are_refused(data: Path, tmp_path: Path):
     assert rows(db, "SELECT count(*) FROM head_runs") == [(0,)]
 
 
+@pytest.mark.slow
 def test_two_workers_write_the_same_rows(data: Path, computed: Path, tmp_path: Path):
     db = tmp_path / "wh2.duckdb"
     cli("ingest", str(data), "--model-id", "synth-a", "-w", str(db))

@@ -61,6 +61,7 @@ def test_empirical_columns_are_filled(one_worker: Path):
     assert 0 < gap < 0.5  # the two estimators differ on real queries, but not wildly
 
 
+@pytest.mark.slow
 def test_identical_across_worker_counts_and_reruns(one_worker: Path, tmp_path: Path):
     first = _rows(one_worker)
     assert _rows(_computed(tmp_path, "two.duckdb", workers=2)) == first

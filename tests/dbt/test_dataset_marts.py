@@ -18,6 +18,8 @@ from qkwh.cli import app
 from qkwh.compare import compare
 from tests.dbt.conftest import Built, _quiet
 
+pytestmark = pytest.mark.slow  # the tests share a dbt build of its own (make test-fast skips them)
+
 Z95 = 1.959963984540054
 
 

@@ -95,6 +95,7 @@ def _layer_objects_in_main(warehouse: Path) -> list[str]:
         con.close()
 
 
+@pytest.mark.slow  # a second full build
 def test_a_warehouse_of_the_old_layout_is_migrated_on_build(synthetic_build, tmp_path):
     """Builds before the schema split left stg_* views and int_* tables in main: the next build
     drops exactly those (not a user's own relation of a similar name) and keeps every mart."""

@@ -19,6 +19,8 @@ from qkwh import store
 from qkwh.build import build
 from tests.dbt.conftest import Built
 
+pytestmark = pytest.mark.slow  # the tests share dbt builds of their own (make test-fast skips them)
+
 PROFILE = (
     ["ap_overall"]
     + [f"decile_{k}" for k in range(10)]

@@ -74,6 +74,7 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
+@pytest.mark.slow
 def test_remote_catalog_equals_the_download_and_computes_the_same_tables(
     synth, hf_env, monkeypatch
 ):
