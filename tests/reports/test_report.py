@@ -276,6 +276,7 @@ def test_the_catalogue_covers_every_figure_family():
         "Rotation",
         "Plasticity",
         "RoPE bands",
+        "Softmax reach",
         "Training dynamics",
         "Published comparison",
     }
