@@ -24,16 +24,19 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from qkwh import store
 from qkwh.analyses import registry
-from qkwh.compute.work import HeadOutcome
 from qkwh.errors import InputError, QkwhError, is_interrupt
 from qkwh.params import RunConfig
 from qkwh.paths import SCHEMA_SQL
+
+if TYPE_CHECKING:  # the results' module is imported when results arrive (unpickling them)
+    from qkwh.compute.work import HeadOutcome
 
 
 def __getattr__(name: str):
