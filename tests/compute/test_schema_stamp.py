@@ -70,3 +70,30 @@ def test_another_schema_stamp_applies_the_schema_and_migrates(warehouse: Path):
     finally:
         con.close()
     assert _stamp(warehouse) == store._schema_stamp()
+
+
+def test_expected_columns_read_from_the_ddl_match_a_table_made_from_it():
+    from qkwh.analyses import registry
+    from qkwh.compute import writer
+    from qkwh.paths import SCHEMA_SQL
+
+    ref = duckdb.connect(":memory:")
+    ref.execute(SCHEMA_SQL.read_text())
+    store.create_analysis_tables(ref)
+    made = writer._columns(ref)
+    ref.close()
+    tables = [*registry.result_tables(), "head_runs", "current_config", "models", "mart_builds"]
+    for table in tables:
+        assert writer._expected_columns(table) == made[table], table
+
+
+def test_a_column_dropped_by_hand_is_named_before_anything_is_computed(warehouse: Path):
+    from qkwh.compute import writer
+    from qkwh.errors import QkwhError
+
+    con = duckdb.connect(str(warehouse))
+    con.execute("ALTER TABLE pca_heads DROP COLUMN config_id")
+    with pytest.raises(QkwhError, match=r"table pca_heads has no column config_id \(VARCHAR\)"):
+        writer.check_result_tables(con, warehouse, ("pca",))
+    writer.check_result_tables(con, warehouse, ("rotation",))  # the other tables are whole
+    con.close()
