@@ -82,7 +82,10 @@ def _process(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) -> dict:
     """The guard's figures on a ``heads`` x ``rows`` benchmark model (generated and ingested under
     ``out`` if needed), each side measured ``repeat`` times, alternating."""
-    repo = BENCH.parent
+    import qkwh
+
+    # the commands run the qkwh this process imports (PYTHONPATH may point at another checkout)
+    repo = Path(qkwh.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     qkwh = [sys.executable, "-c", "import sys; from qkwh.cli import app; sys.exit(app())"]
     spec = ModelSpec(heads=heads, rows=rows)
@@ -145,17 +148,17 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
         "seconds": seconds,
         "other_load_cores": other,
         "settings": {"heads": heads, "rows": rows, "workers": workers, "repeat": repeat},
-        "git": _git(),
+        "git": _git(repo),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg": _loadavg(),
     }
 
 
-def _git() -> str:
+def _git(repo: Path) -> str:
     try:
         return subprocess.run(
             ["git", "describe", "--always", "--dirty"],
-            cwd=BENCH,
+            cwd=repo,
             capture_output=True,
             text=True,
             check=True,
