@@ -123,6 +123,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "its top lines go into the report, the listing to <out>/profile.txt)",
     )
     ap.add_argument("--profile-only", action="store_true", help="only the profile (printed)")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="only the guard's figures (ratios; bench/guard.py): exit 1 naming each one more "
+        "than --tolerance worse than the accepted ones in bench/accepted.json",
+    )
+    ap.add_argument(
+        "--accept",
+        action="store_true",
+        help="only the guard's figures, written to bench/accepted.json as the accepted ones",
+    )
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.15,
+        help="--check: how much worse a ratio may be (0.15)",
+    )
+    ap.add_argument(
+        "--guard-heads",
+        type=int,
+        default=60,
+        help="--check/--accept: query heads of the guard's model (60; 8,000 vectors unless --rows)",
+    )
     ap.add_argument("--allow-failures", action="store_true", help="keep going when heads fail")
     ap.add_argument(
         "--out",
@@ -159,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t_start:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
+    if args.check or args.accept:
+        return guard_main(args, out, log)
     if args.profile_only:
         print(profile_heads(max(args.scaling_heads, 1), args.rows, out, SAMPLED, log)["text"])
         return 0
@@ -247,6 +272,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     log(f"report written to {args.md} (total {time.perf_counter() - t_start:.0f} s)")
     return 0
+
+
+def guard_main(args: argparse.Namespace, out: Path, log) -> int:
+    """--check / --accept: the guard's figures (bench/guard.py) against the accepted ones."""
+    import guard
+
+    new = guard.measure(args.guard_heads, args.rows, args.workers, max(args.repeat, 2), out, log)
+    accepted = guard.load_accepted()
+    print(guard.table(new, accepted, args.tolerance))
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    (out / f"guard-{stamp}.json").write_text(json.dumps(new, indent=1) + "\n")
+    if args.accept:
+        guard.write_accepted(new)
+        log(f"accepted: {guard.ACCEPTED} written")
+        return 0
+    if accepted is None:
+        log(f"no accepted figures ({guard.ACCEPTED}): run with --accept first")
+        return 1
+    worse = guard.compare(new, accepted, args.tolerance)
+    for line in worse:
+        print(f"WORSE: {line}", file=sys.stderr)
+    log("check failed" if worse else "check passed: no figure more than the tolerance worse")
+    return 1 if worse else 0
 
 
 if __name__ == "__main__":

@@ -97,9 +97,7 @@ def connect(
             raise
     if not read_only and schema:
         try:
-            con.execute(SCHEMA_SQL.read_text())
-            create_analysis_tables(con)
-            migrate(con)
+            apply_schema(con)
         except BaseException:
             con.close()
             raise
@@ -107,6 +105,45 @@ def connect(
     if schema:  # schema=False: the compute writer's per-batch open, which never reads vectors
         refresh_vectors_view(con, read_only=read_only)
     return con
+
+
+def _schema_stamp() -> str:
+    """What :func:`apply_schema` leaves in the comment of ``head_runs``: a hash of the schema
+    (warehouse/schema.sql and the DDL of every registered analysis table)."""
+    import hashlib
+
+    h = hashlib.sha256(SCHEMA_SQL.read_bytes())
+    for table in registry.tables():
+        h.update(b"\0" + analysis_table_ddl(table).encode())
+    return f"qkwh schema {h.hexdigest()[:16]}"
+
+
+def _schema_tables() -> set[str]:
+    """The tables the schema creates (warehouse/schema.sql and the analysis tables)."""
+    sql = SCHEMA_SQL.read_text()
+    return set(re.findall(r"^CREATE TABLE IF NOT EXISTS (\w+)", sql, re.M)) | set(
+        registry.result_tables()
+    )
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create what is missing of the schema and migrate older tables (:func:`migrate`), unless
+    the warehouse already has this very schema: every table of it, and ``head_runs`` stamped
+    with its hash (:func:`_schema_stamp`) by an earlier open.  The check is one catalog query,
+    where the DDL and the migration checks cost tens of milliseconds on every writable open."""
+    stamp = _schema_stamp()
+    have = dict(
+        con.execute(
+            "SELECT table_name, comment FROM duckdb_tables() WHERE database_name = "
+            "current_database() AND schema_name = 'main'"
+        ).fetchall()
+    )
+    if have.get("head_runs") == stamp and _schema_tables() <= have.keys():
+        return
+    con.execute(SCHEMA_SQL.read_text())
+    create_analysis_tables(con)
+    migrate(con)
+    con.execute(f"COMMENT ON TABLE head_runs IS {quote_literal(stamp)}")
 
 
 #: tables every qkwh warehouse has (a DuckDB file without them is someone else's database)

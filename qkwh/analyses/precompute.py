@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -154,10 +156,25 @@ def run_function(analysis: Analysis) -> Callable[..., AnalysisResult]:
     return _resolve(analysis.run) if isinstance(analysis.run, str) else analysis.run
 
 
+def _source_file(analysis: Analysis) -> str | None:
+    """The source file of the analysis's function.  A ``"module:function"`` reference is located
+    without importing the module (importing it would pull in its dependencies, SciPy's among them,
+    on every command that only fingerprints the analyses, such as a compute with nothing to do)."""
+    if isinstance(analysis.run, str):
+        module = analysis.run.partition(":")[0]
+        # the package's own modules: each defines the function it names (the package's
+        # analysis code is hashed whole anyway); elsewhere the function may be re-exported
+        if module.startswith("qkwh.") and module not in sys.modules:
+            spec = importlib.util.find_spec(module)
+            if spec is not None and spec.origin and spec.origin.endswith(".py"):
+                return spec.origin
+    return inspect.getsourcefile(run_function(analysis))
+
+
 def code_files(analysis: Analysis) -> tuple[Path, ...]:
     """The source of its function's module plus its declared extra files."""
     files = [Path(p) for p in analysis.code]
-    src = inspect.getsourcefile(run_function(analysis))
+    src = _source_file(analysis)
     if src:
         files.insert(0, Path(src))
     return tuple(dict.fromkeys(p.resolve() for p in files))

@@ -25,7 +25,6 @@ from qkwh.analyses import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.frequencies import ROPE_ANALYSIS, load_rope_planes, unknown_frequency_warning
 from qkwh.compute.units import HeadUnit, code_version, plan
-from qkwh.compute.work import run_group
 from qkwh.compute.writer import (
     BatchWriter,
     check_result_tables,
@@ -343,6 +342,9 @@ def compute(
             on_start(report.n_planned)
         if not tasks:
             return report
+        # the workers' module (the analyses, SciPy) is imported only when there is work
+        from qkwh.compute.work import run_group
+
         n_workers = min(
             max(workers if workers is not None else (os.cpu_count() or 1), 1), len(tasks)
         )

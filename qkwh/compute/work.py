@@ -21,7 +21,6 @@ import pyarrow as pa
 from qkwh.analyses import precompute as pre
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Analysis
-from qkwh.analyses.stats import cap_rows
 from qkwh.analyses.types import AnalysisResult, AttentionFacts, ExactAttention, HeadData, RopePlanes
 from qkwh.columns import as_arrow
 from qkwh.compute.memory import keep_freed_memory
@@ -109,6 +108,8 @@ def build_head(
     """One head's :class:`HeadData` from its q rows and k rows (in file order), with the
     ``max_tokens_per_head`` cap applied to Q and to K (the same seeded draw as every path), and
     its layer's RoPE planes (``rope``, None when unknown)."""
+    from qkwh.analyses.stats import cap_rows  # SciPy: imported where heads are built
+
     if q[0].shape[1] != k[0].shape[1]:
         raise ValueError(f"{label}: q has d={q[0].shape[1]} but k has d={k[0].shape[1]}")
     q_idx = cap_rows(len(q[1]), config.max_tokens_per_head, config.seed)
@@ -147,6 +148,8 @@ def group_key_rows(k: FileData, config: RunConfig) -> Rows:
     :func:`head_data`: the heads built on them hold the very same key arrays (capping them again
     per head keeps them as they are), so they can share what is computed from the keys alone
     (:class:`qkwh.analyses.precompute.KeyCache`)."""
+    from qkwh.analyses.stats import cap_rows
+
     rows = _rows(k)
     return _take(rows, cap_rows(len(rows[1]), config.max_tokens_per_head, config.seed))
 

@@ -21,19 +21,23 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from qkwh import store
 from qkwh.analyses import registry
-from qkwh.compute.work import HeadOutcome
 from qkwh.errors import InputError, QkwhError, is_interrupt
 from qkwh.params import RunConfig
 from qkwh.paths import SCHEMA_SQL
+
+if TYPE_CHECKING:  # the results' module is imported when results arrive (unpickling them)
+    from qkwh.compute.work import HeadOutcome
 
 
 def __getattr__(name: str):
@@ -237,16 +241,10 @@ def check_result_tables(
 ) -> None:
     """Raise :class:`QkwhError` (one line, before anything is computed or written) when a table
     compute writes for ``analyses`` lacks a column of the schema, e.g. dropped by hand."""
-    ref = duckdb.connect(":memory:")
-    try:
-        ref.execute(SCHEMA_SQL.read_text())
-        store.create_analysis_tables(ref)
-        expected = _columns(ref)
-    finally:
-        ref.close()
-    have = _columns(con)
     tables: dict[str, str | None] = {t: a for a in analyses for t in registry.analysis_tables()[a]}
     tables.update({"head_runs": None, "current_config": None})
+    expected = {t: _expected_columns(t) for t in tables}
+    have = _columns(con)
     for table, analysis in tables.items():
         missing = [
             (c, t) for c, t in expected.get(table, {}).items() if c not in have.get(table, {})
@@ -263,6 +261,44 @@ def check_result_tables(
                 f"{missing[0][0]} ({missing[0][1]}), which compute writes (altered outside qkwh?); "
                 f"nothing was written: {redo}"
             )
+
+
+def _expected_columns(table: str) -> dict[str, str]:
+    """column -> type of ``table`` as the schema makes it: its CREATE TABLE statement, then the
+    columns warehouse/schema.sql adds to it with ``ALTER TABLE ... ADD COLUMN IF NOT EXISTS``."""
+    cols = ddl_columns(store._schema_ddl(table))
+    for name, col_type in re.findall(
+        rf"^ALTER TABLE {re.escape(table)} ADD COLUMN IF NOT EXISTS (\w+) ([^;]+);",
+        SCHEMA_SQL.read_text(),
+        re.M,
+    ):
+        cols.setdefault(name, re.split(r"\s+DEFAULT\b", col_type.strip(), flags=re.I)[0].strip())
+    return cols
+
+
+def ddl_columns(ddl: str) -> dict[str, str]:
+    """column -> type of a ``CREATE TABLE name (...)`` statement (comments, constraints and NOT
+    NULL left out), read from its text: what a new table of that DDL would have, without
+    creating one (a scratch DuckDB with the whole schema cost tens of milliseconds per compute)."""
+    body = re.sub(r"--[^\n]*", "", ddl)
+    body = body[body.index("(") + 1 : body.rindex(")")]
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += ch == "(" or -(ch == ")")
+        if ch == "," and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+    items.append(body[start:])
+    out: dict[str, str] = {}
+    for item in (x.strip() for x in items):
+        if not item or re.match(r"(PRIMARY KEY|UNIQUE|CHECK|FOREIGN KEY)\b", item, re.I):
+            continue
+        name, _, rest = item.partition(" ")
+        col_type = re.split(
+            r"\s+(?:NOT NULL|NULL|DEFAULT|PRIMARY KEY)\b", rest.strip(), flags=re.I
+        )[0]
+        out[name.strip('"')] = col_type.strip()
+    return out
 
 
 def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
