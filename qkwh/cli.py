@@ -1366,6 +1366,11 @@ def capture(
                 out.print(f"  [{f.severity}] {f.check}: {f.file or ''} {f.detail}", highlight=False)
 
 
+from qkwh.cli_ablate import ablate as _ablate  # noqa: E402
+
+app.command(name="ablate")(_friendly(_ablate))
+
+
 # ---------------------------------------------------------------------------------------------
 # build, docs, export, report, demo
 # ---------------------------------------------------------------------------------------------

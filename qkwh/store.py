@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from qkwh.ablate.tables import create_ablation_tables
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Table
 from qkwh.columns import as_arrow
@@ -98,6 +99,7 @@ def connect(
         try:
             con.execute(SCHEMA_SQL.read_text())
             create_analysis_tables(con)
+            create_ablation_tables(con)
             migrate(con)
         except BaseException:
             con.close()
