@@ -280,7 +280,7 @@ def ablate(
                 "SELECT 1 FROM ablation_runs WHERE run_id = ?", [run_id]
             ).fetchone()
             if not exists:
-                params = {k: v for k, v in asdict(settings).items()}
+                params = asdict(settings)
                 _write(
                     con,
                     ABLATION_RUNS.name,

@@ -46,7 +46,7 @@ def test_zero_ablating_a_head_equals_zeroing_its_slice_by_hand(kind):
     """Zeroing head h's input columns of o_proj is the same as zeroing o_proj's weight columns
     of that head (what the heads mix into the residual stream)."""
     model, _ = build_model(kind)
-    _, n_q, n_kv, d = SHAPES[kind]
+    _, n_q, _, d = SHAPES[kind]
     ids = _ids(1)
     for layer, h in [(0, 0), (1, n_q - 1), (1, 1)]:
         with ablated(model, [(layer, h)], head_dim=d):
@@ -66,7 +66,7 @@ def test_gqa_other_query_heads_of_the_shared_kv_head_are_untouched(kind):
     """Under GQA a query head is ablated alone: the o_proj input slices of the other query
     heads (including those sharing its key/value head) are what the plain model computes."""
     model, _ = build_model(kind)
-    layers, n_q, n_kv, d = SHAPES[kind]
+    _, n_q, n_kv, d = SHAPES[kind]
     ids = _ids(2)
     seen = {}
 
@@ -178,7 +178,6 @@ def test_score_prompt_logprob_and_greedy_match():
     assert score_prompt(model, planted)[1] is True
     wrong = list(planted.input_ids)
     wrong[-1] = (wrong[-1] + 1) % 90 + 3
-    assert score_prompt(model, planted.__class__(*planted.__dict__.values()))[1] is True
     bad = passkey.Prompt(
         p.length,
         p.depth,
