@@ -1677,12 +1677,8 @@ def report(
         err.print(f"replacing the earlier report in {target}", highlight=False)
     result = render(wh, out=target, models=_split(models), formats=("png", "svg") if static else ())
     out.print(result.summary(), highlight=False)
-    for skipped in result.skipped:
-        out.print(
-            f"  left out {skipped.id}: {skipped.reason}",
-            highlight=False,
-            style="red" if skipped.failed else None,
-        )
+    for line, failed in result.left_out_lines():
+        out.print(line, highlight=False, style="red" if failed else None)
     out.print(f"report: {result.index}")
     if result.failed:
         raise QkwhError(

@@ -1,7 +1,7 @@
 """What every figure module shares: the figure catalogue entry, the mart reader, the look.
 
-A figure module (``pca``, ``rotation``, ``plasticity``, ``training``, ``published``) exposes
-``FIGURES``: a tuple of :class:`FigureDef`.  Each ``build`` reads marts through :class:`Marts`
+A figure module declares its section and figures in :mod:`qkwh.reports.catalogue` (the
+``figure`` decorator, or ``register`` for a list of :class:`FigureDef`).  Each ``build`` reads marts through :class:`Marts`
 and returns an Altair chart, or raises :class:`NoData` with a one-line reason; ``render`` turns
 that into a note in the report instead of a broken chart.  Per-model figures (collages,
 heatmaps, head profiles) have ``per_model=True`` and are built once per selected model.
@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 import altair as alt
 import duckdb
 import pyarrow as pa
+
+from qkwh.reports.sources import MARTS
 
 _T = TypeVar("_T")
 
@@ -64,6 +66,7 @@ class FigureDef:
     sources: tuple[str, ...]
     build: Callable[..., Any]
     per_model: bool = False
+    order: float = 0  # place within its section (then declaration order)
 
 
 @dataclass(frozen=True)
@@ -82,45 +85,32 @@ def slug(text: str) -> str:
     return s or "x"
 
 
+_SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,99}")
+
+
+def file_names(model_ids: Iterable[str]) -> dict[str, str]:
+    """A file name per model (its page ``models/<name>.html`` and its figure ids), one-to-one.
+
+    A model id that is already a safe file name (lower case ``[a-z0-9_.-]``, at most 100
+    characters, not ending in a dot) is its own name; any other id gets its :func:`slug` plus a
+    hash of the id (``M_X`` -> ``m-x-<hash>``), so two ids never share a file, whatever their
+    case or punctuation, also on a case-insensitive file system."""
+    ids = list(dict.fromkeys(model_ids))
+    for size in (4, 8, 16, 32):
+        names = {
+            m: m
+            if _SAFE_NAME.fullmatch(m) and not m.endswith(".")
+            else f"{slug(m)[:80]}-{hashlib.blake2b(m.encode(), digest_size=size).hexdigest()}"
+            for m in ids
+        }
+        if len(set(names.values())) == len(ids):
+            return names
+    raise ValueError("model ids whose file names collide")  # pragma: no cover (2^-256)
+
+
 # ------------------------------------------------------------------------------------------
 # reading marts
 # ------------------------------------------------------------------------------------------
-
-#: The relations a figure module may read (the dbt marts; tests/reports checks this list
-#: against dbt_project/models/marts).  Everything else (per-head compute tables, the catalog,
-#: staging and intermediate models) is off limits; the collages' raw vectors and axes are read
-#: by qkwh.reports.vectors alone.
-MARTS: frozenset[str] = frozenset(
-    {
-        "head_metrics",
-        "head_taxonomy",
-        "head_rotation_pairs",
-        "taxonomy_fractions",
-        "model_summary",
-        "model_metric_ci",
-        "model_comparisons",
-        "dataset_comparisons",
-        "plasticity_length_bins",
-        "plasticity_heatmap_model",
-        "plasticity_buckets_gap",
-        "component_weights_model",
-        "bias_decomposition",
-        "training_trajectory",
-        "layer_profile",
-        "family_correlations",
-        "benchmark_joins",
-        "benchmark_correlations",
-        "published_comparison",
-        "taxonomy_classes",
-        "depth_profile",
-        "benchmark_fits",
-        "head_metric_fits",
-        "rope_band_energy",
-        "rope_energy_spectrum",
-        "rope_band_plasticity_model",
-        "rope_band_logits_model",
-    }
-)
 
 #: Marks a cross-model point cloud draws at most (a scatter of every head of 23 models x 300
 #: heads is a blot; its data would be most of the page).  Split evenly over the models.

@@ -18,11 +18,12 @@ from qkwh.reports.base import (
     require,
     table_of,
 )
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.charts import class_shares, depth_heatmap, qk_collage, taxonomy_classes
 from qkwh.reports.intervals import Intervals, errorbar, point_marks
 from qkwh.reports.vectors import collage_records
 
-SECTION = "PCA"
+SECTION = section("PCA", order=10)
 N_PC = 10
 
 
@@ -248,7 +249,7 @@ def collage(marts: Marts, model_id: str) -> alt.FacetChart:
     )
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "pca-pc-roles",
         SECTION,

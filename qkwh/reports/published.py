@@ -5,9 +5,10 @@ from __future__ import annotations
 import altair as alt
 
 from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, model_tooltip, table_of
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.intervals import Intervals, errorbar
 
-SECTION = "Published comparison"
+SECTION = section("Published comparison", order=60)
 
 LO, HI = 0.5, 1.5  # ratio axis; values outside are pinned to the edge (tooltip keeps the truth)
 
@@ -152,7 +153,7 @@ def comparison(marts: Marts) -> Drawn:
     )
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "pub-comparison",
         SECTION,

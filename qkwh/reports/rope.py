@@ -8,7 +8,6 @@ The ``rope`` analysis is opt-in: without its results every figure here is left o
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import altair as alt
@@ -20,14 +19,15 @@ from qkwh.reports.base import (
     Marts,
     finite,
     model_look,
-    model_sort,
     model_tooltip,
     table_of,
     token_axis,
 )
-from qkwh.reports.intervals import Intervals, errorbar, point_marks
+from qkwh.reports.catalogue import register, section
+from qkwh.reports.forest import group_panels
+from qkwh.reports.intervals import Intervals
 
-SECTION = "RoPE bands"
+SECTION = section("RoPE bands", order=40)
 
 BANDS = ("high", "mid", "low", "unrotated")
 BAND_COLORS = {"high": "#e45756", "mid": "#f2a93b", "low": "#4c78a8", "unrotated": "#9e9e9e"}
@@ -37,6 +37,7 @@ BAND_TITLES = {
     "low": "low (wavelength ≥ context)",
     "unrotated": "unrotated",
 }
+_BAND_PANELS = [(b, alt.Title(BAND_TITLES[b], fontSize=13, color=BAND_COLORS[b])) for b in BANDS]
 FULL = "full head (all dims)"
 NOT_COMPUTED = "no RoPE band results (run `qkwh compute --analyses rope` and `qkwh build`)"
 AP_TITLE = "attention plasticity AP (0–1)"
@@ -76,49 +77,6 @@ def _rows(marts: Marts, mart: str, where: str = "", params: list[Any] | None = N
 
 KINDS = {"queries": "q", "keys": "k"}
 KIND_COLORS = {"queries": "#4c78a8", "keys": "#e45756"}
-
-
-def _band_forest(
-    marts: Marts,
-    data: list[dict[str, Any]],
-    x: alt.X,
-    tip: list[alt.Tooltip],
-    color: alt.Color,
-    *,
-    size: int,
-    width: int,
-    step: int,
-    offset: alt.YOffset | None = None,
-    under: Callable[[alt.Chart], alt.Chart] | None = None,
-) -> list[alt.LayerChart]:
-    """One forest panel per band present in ``data`` (records with model, band, value and the
-    interval fields): a row per model (labels on the first panel only), the value as a point
-    (hollow without an interval) with its error bar, ``under`` drawn beneath, and rows split by
-    ``offset`` when a model has several points per band."""
-    labels = model_sort(marts, {d["model_id"] for d in data})
-    present = [b for b in BANDS if any(d["band"] == b for d in data)]
-    panels = []
-    for i, band in enumerate(present):
-        y = alt.Y(
-            "model:N",
-            sort=labels,
-            title=None,
-            axis=alt.Axis(labelLimit=320) if i == 0 else None,
-        )
-        base = alt.Chart().transform_filter(alt.datum.band == band).encode(y=y)
-        if offset is not None:
-            base = base.encode(yOffset=offset)
-        layers = [under(base)] if under is not None else []
-        layers.append(errorbar(base, x, color="#333", thickness=1.6, ticks=False))
-        layers.extend(point_marks(base, size=size, x=x, color=color, tooltip=tip))
-        panels.append(
-            alt.layer(*layers).properties(
-                width=width,
-                height=alt.Step(step),
-                title=alt.Title(BAND_TITLES[band], fontSize=13, color=BAND_COLORS[band]),
-            )
-        )
-    return panels
 
 
 def band_energy(marts: Marts) -> Drawn:
@@ -161,9 +119,11 @@ def band_energy(marts: Marts) -> Drawn:
         alt.Tooltip("n_planes:Q", title="planes per head (most)"),
         alt.Tooltip("n_heads:Q", title="heads with the band"),
     )
-    panels = _band_forest(
+    panels = group_panels(
         marts,
         data,
+        "band",
+        _BAND_PANELS,
         x,
         tip,
         color,
@@ -405,8 +365,18 @@ def drop_forest(marts: Marts) -> Drawn:
             x=alt.X("full:Q", title=x.to_dict().get("title"))
         )
 
-    panels = _band_forest(
-        marts, data, x, tip, look.color(legend=False), size=55, width=220, step=22, under=full_tick
+    panels = group_panels(
+        marts,
+        data,
+        "band",
+        _BAND_PANELS,
+        x,
+        tip,
+        look.color(legend=False),
+        size=55,
+        width=220,
+        step=22,
+        under=full_tick,
     )
     chart = alt.hconcat(*panels, data=table_of(data), spacing=14).properties(
         title=alt.Title(
@@ -472,7 +442,7 @@ def band_logits(marts: Marts, model_id: str) -> Drawn:
     return Drawn(chart, "Pooled over heads (n, sum and sum of squares added), without an interval.")
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "rope-band-energy",
         SECTION,

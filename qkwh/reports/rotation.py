@@ -21,11 +21,12 @@ from qkwh.reports.base import (
     require,
     table_of,
 )
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.charts import depth_heatmap, qk_collage
 from qkwh.reports.intervals import Intervals, along, errorbar, pct
 from qkwh.reports.vectors import axes_of, collage_records, complement_axes, heads_with_axes, project
 
-SECTION = "Rotation"
+SECTION = section("Rotation", order=20)
 
 # Per-head metrics: the head_metrics mart (one row per head).
 HEAD_MART = "head_metrics"
@@ -585,7 +586,7 @@ def complement_collage(marts: Marts, model_id: str) -> alt.FacetChart:
     )
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "rot-ab-collage",
         SECTION,

@@ -9,10 +9,11 @@ from typing import Any
 import altair as alt
 
 from qkwh.reports.base import Drawn, FigureDef, Marts, NoData, table_of
+from qkwh.reports.catalogue import register, section
 from qkwh.reports.charts import class_shares, taxonomy_classes
 from qkwh.reports.intervals import Intervals, along, errorbar, point_marks
 
-SECTION = "Training dynamics"
+SECTION = section("Training dynamics", order=50)
 
 NO_CHECKPOINTS = (
     "no checkpoints ingested (training_trajectory is empty: ingest models with a "
@@ -399,7 +400,7 @@ def taxonomy_evolution(marts: Marts) -> Drawn:
     )
 
 
-FIGURES: tuple[FigureDef, ...] = (
+FIGURES = register(
     FigureDef(
         "train-bias-decomposition",
         SECTION,

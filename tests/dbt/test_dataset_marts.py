@@ -205,12 +205,12 @@ def test_report_draws_the_dataset_comparisons_and_the_combined_forest(dataset_bu
     assert set(figs) == {"ap-dataset-comparisons", "ap-forest"}, r.skipped
     pairs = figs["ap-dataset-comparisons"]
     assert "layers+documents" in pairs.caption and "layers" in pairs.caption
-    spec = pairs.spec.read_text()
+    spec = pairs.spec
     assert "code" in spec and "prose" in spec and "web" in spec
     forest = figs["ap-forest"]
     assert "combined interval (layers+documents)" in forest.caption
     prose = _ci(dataset_build, "tiny-prose")["ap_drop"]
-    assert json.dumps(prose["ci_low_combined"]) in forest.spec.read_text()
+    assert json.dumps(prose["ci_low_combined"]) in forest.spec
 
 
 def test_report_leaves_the_dataset_figure_out_without_pairs(dataset_build, tmp_path):

@@ -21,7 +21,9 @@ import pytest
 
 from qkwh.errors import NotFoundError, QkwhError
 from qkwh.reports.base import MARTS, Marts
-from qkwh.reports.render import CATALOGUE, render
+from qkwh.reports.catalogue import catalogue, only
+from qkwh.reports.page import read_specs
+from qkwh.reports.render import render
 from tests.conftest import REPO
 from tests.reports.conftest import MODEL, SYNTH, SYNTH_LABEL
 
@@ -94,16 +96,16 @@ def test_every_expected_figure_is_drawn_on_its_page_without_static_files(fixture
     assert ids >= EXPECTED, sorted(EXPECTED - ids)
     assert r.failed == ()
     for f in r.figures:
-        spec = json.loads(f.spec.read_text())
+        spec = json.loads(f.spec)
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
-        assert f.spec.parent == r.out / "figures"
         assert f.png is None and f.svg is None  # PNG and SVG only with --static
         want = r.index if f.model_id is None else r.out / "models" / f"{f.model_id}.html"
         assert f.page == want, f.id
         assert f'data-figure="{f.id}"' in f.page.read_text(), f.id
-    # nothing from an earlier render lingers; every file belongs to a listed figure
-    names = {p.name for p in (r.out / "figures").iterdir()}
-    assert names == {f.spec.name for f in r.figures}
+    # each spec is written once, inline in its page: no copies in figures/ (which holds only
+    # --static files), and read back from the pages it is the spec of the result
+    assert not (r.out / "figures").exists()
+    assert read_specs(r.out) == {f.id: json.loads(f.spec) for f in r.figures}
     assert not list(r.out.rglob("*.png")) and not list(r.out.rglob("*.svg"))
 
 
@@ -127,7 +129,7 @@ def test_static_files_are_written_when_asked(report_warehouse, tmp_path):
     again = render(
         report_warehouse, out=tmp_path / "static", models=[SYNTH], figures=["pca-taxonomy"]
     )
-    assert [p.name for p in (again.out / "figures").iterdir()] == ["pca-taxonomy.vl.json"]
+    assert not (again.out / "figures").exists()
     assert not (again.out / "models").exists() or not list((again.out / "models").iterdir())
 
 
@@ -157,7 +159,7 @@ MODEL_AXIS = (
 
 
 def test_model_legends_filter_and_axes_have_titles(fixture_report):
-    specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
+    specs = {f.id: json.loads(f.spec) for f in fixture_report.figures}
     for fid in MODEL_LEGEND:
         sels = [p for p in _params(specs[fid]) if isinstance(p.get("select"), dict)]
         assert any(
@@ -267,6 +269,7 @@ def test_per_model_figures_are_on_model_pages_linked_from_the_index(fixture_repo
 
 
 def test_the_catalogue_covers_every_figure_family():
+    CATALOGUE = catalogue()
     sections = {f.section for f in CATALOGUE}
     assert sections == {
         "PCA",
@@ -412,7 +415,7 @@ def test_training_published_and_benchmark_figures_draw_when_marts_have_rows(
         "pub-comparison",
         "ap-drop-vs-benchmark",
     ):
-        assert '"errorbar"' in figs[fid].spec.read_text(), fid
+        assert '"errorbar"' in figs[fid].spec, fid
         assert "layer-cluster bootstrap" in figs[fid].caption, (fid, figs[fid].caption)
     bench = figs["ap-drop-vs-benchmark"].caption
     assert "r = -1.00 (n = 3)" in bench and "two-stage bootstrap [-1.00, -0.50]" in bench, bench
@@ -428,23 +431,30 @@ def test_cli_report_exits_non_zero_when_a_figure_fails_to_draw(
     from typer.testing import CliRunner
 
     from qkwh.cli import app
-    from qkwh.reports import render as render_mod
 
     def broken(marts):
         raise RuntimeError("simulated drawing bug")
 
-    first = render_mod.CATALOGUE[0]
+    first = catalogue()[0]
     bad = dataclasses.replace(first, key="broken-figure", build=broken, per_model=False)
-    monkeypatch.setattr(render_mod, "CATALOGUE", (bad, first))
-    r = CliRunner().invoke(
-        app,
-        ["report", "-w", str(report_warehouse), "-o", str(tmp_path / "rep"), "-m", "smollm2-135m"],
-    )
+    with only(bad, first):
+        r = CliRunner().invoke(
+            app,
+            [
+                "report",
+                "-w",
+                str(report_warehouse),
+                "-o",
+                str(tmp_path / "rep"),
+                "-m",
+                "smollm2-135m",
+            ],
+        )
     assert r.exit_code == 1, r.output
     assert "left out broken-figure: failed: RuntimeError: simulated drawing bug" in r.output
     assert "1 figure(s) failed to render" in r.stderr
     assert (tmp_path / "rep" / "index.html").exists()
-    assert (tmp_path / "rep" / "figures" / f"{first.key}.vl.json").exists()
+    assert f'data-figure="{first.key}"' in (tmp_path / "rep" / "index.html").read_text()
     assert not (tmp_path / "rep" / "figures" / f"{first.key}.png").exists()  # no --static
 
 
@@ -452,15 +462,14 @@ def test_cli_report_static_writes_png_and_svg(report_warehouse, tmp_path, monkey
     from typer.testing import CliRunner
 
     from qkwh.cli import app
-    from qkwh.reports import render as render_mod
 
-    fig = next(f for f in render_mod.CATALOGUE if f.key == "pca-taxonomy")
-    monkeypatch.setattr(render_mod, "CATALOGUE", (fig,))
-    r = CliRunner().invoke(
-        app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")]
-    )
+    fig = next(f for f in catalogue() if f.key == "pca-taxonomy")
+    with only(fig):
+        r = CliRunner().invoke(
+            app, ["report", "--static", "-w", str(report_warehouse), "-o", str(tmp_path / "rep")]
+        )
     assert r.exit_code == 0, r.output
-    for ext in ("png", "svg", "vl.json"):
+    for ext in ("png", "svg"):
         assert (tmp_path / "rep" / "figures" / f"pca-taxonomy.{ext}").is_file(), ext
     assert "--static" in CliRunner().invoke(app, ["report", "--help"]).output
 
@@ -523,7 +532,7 @@ def test_captions_say_what_the_interval_is(fixture_report, report_warehouse):
     )
     figs = {f.id: f for f in fixture_report.figures}
     for fid in INTERVAL_FIGURES:
-        cap, text = figs[fid].caption, figs[fid].spec.read_text()
+        cap, text = figs[fid].caption, figs[fid].spec
         assert f"{100 * level:.0f} % layer-cluster bootstrap percentile interval" in cap, (fid, cap)
         assert (
             f"B = {n_boot:,} replicates" in cap and "layers are redrawn with replacement" in cap
@@ -536,7 +545,7 @@ def test_captions_say_what_the_interval_is(fixture_report, report_warehouse):
             assert f"No interval (hollow mark) for {SYNTH_LABEL}: {note}." in cap, (fid, cap)
     # any figure with error bars explains them
     for f in fixture_report.figures:
-        if '"errorbar"' in f.spec.read_text():
+        if '"errorbar"' in f.spec:
             assert "interval" in f.caption and "B = " in f.caption, f.id
     # the figure without intervals says so
     assert "without an interval" in figs["ap-component-weights"].caption
@@ -548,9 +557,7 @@ def test_forest_plot_order_and_intervals_come_from_the_marts(fixture_report, rep
         "SELECT model_id, label FROM model_summary WHERE ap_drop IS NOT NULL ORDER BY ap_drop DESC",
     )
     assert len(order) == 2 and order[0][1] != order[1][1]
-    spec = json.loads(
-        next(f for f in fixture_report.figures if f.id == "ap-forest").spec.read_text()
-    )
+    spec = json.loads(next(f for f in fixture_report.figures if f.id == "ap-forest").spec)
     sorts = [
         enc["y"]["sort"]
         for enc in _encodings(spec)
@@ -578,7 +585,7 @@ def test_gauss_vs_empirical_is_drawn_with_empirical_results_and_left_out_without
     fixture_report, report_warehouse, tmp_path
 ):
     fig = next(f for f in fixture_report.figures if f.id == "ap-gauss-vs-empirical")
-    spec = json.loads(fig.spec.read_text())
+    spec = json.loads(fig.spec)
     n_buckets = _query(report_warehouse, "SELECT count(*) FROM plasticity_buckets_gap")[0][0]
     buckets = [r for r in _records(spec) if "ap_bucket_empirical" in r]
     assert 0 < len(buckets) == n_buckets
@@ -604,7 +611,7 @@ def test_models_are_told_apart_by_colour_and_named_by_label(fixture_report, repo
     assert _query(
         report_warehouse, "SELECT label, family FROM model_summary WHERE model_id = ?", [SYNTH]
     ) == [(SYNTH_LABEL, "Synthetic")]
-    specs = {f.id: json.loads(f.spec.read_text()) for f in fixture_report.figures}
+    specs = {f.id: json.loads(f.spec) for f in fixture_report.figures}
     for fid in MODEL_LEGEND:
         colors = [
             enc["color"]
@@ -832,13 +839,13 @@ def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_
     )
     for fid in figs:
         fa, fb, ft = ({f.id: f for f in r.figures}[fid] for r in (a, b, two))
-        pa = _points(json.loads(fa.spec.read_text()))
+        pa = _points(json.loads(fa.spec))
         assert sorted(pa) == [f"corpus-{i}" for i in range(6)], fid
         assert all(len(v) == 10 for v in pa.values()), fid  # 60 marks, 10 per model, of 48 heads
         assert "Points: 60 of 288 heads drawn, at most 10 per model" in fa.caption, fa.caption
-        assert fa.spec.read_text() == fb.spec.read_text(), fid  # the same run after run
+        assert fa.spec == fb.spec, fid  # the same run after run
         # a model's heads do not depend on the other models in the report
-        pt = _points(json.loads(ft.spec.read_text()))
+        pt = _points(json.loads(ft.spec))
         assert pt == {m: pa[m] for m in ("corpus-0", "corpus-3")}, fid
         # not simply the first heads: drawn from every layer copy
         assert len({q // 100 for _, q in pa["corpus-0"]}) > 1
@@ -846,7 +853,7 @@ def test_point_clouds_are_capped_deterministic_and_stable(corpus_warehouse, tmp_
     full = render(
         corpus_warehouse, out=tmp_path / "full", figures=["pca-rq-rk-scatter"], point_budget=288
     )
-    assert sum(map(len, _points(json.loads(full.figures[0].spec.read_text())).values())) == 288
+    assert sum(map(len, _points(json.loads(full.figures[0].spec)).values())) == 288
     assert "Points:" not in full.figures[0].caption
 
 
@@ -854,7 +861,7 @@ def test_specs_carry_only_the_data_columns_they_name():
     import altair as alt
 
     from qkwh.reports.base import table_of
-    from qkwh.reports.render import _spec
+    from qkwh.reports.specs import spec_of as _spec
 
     rows = [{"model_id": "m", "x": 1.0, "y": 2.0, "label_unused": "a" * 50, "z": 3.0}]
     chart = (
@@ -875,8 +882,6 @@ def test_captions_cite_no_unexplained_figure_tags():
     """Captions are for a reader with only the report: no "(qk-pca/02)"-style research tags."""
     import re
 
-    from qkwh.reports import render as render_mod
-
     tag = re.compile(r"(qk-(pca|rotation)|attention-plasticity)/\d|Tables? \d")
-    captions = [f.caption for f in render_mod.CATALOGUE]
+    captions = [f.caption for f in catalogue()]
     assert captions and not [c for c in captions if tag.search(c)]

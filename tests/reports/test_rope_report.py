@@ -60,7 +60,7 @@ def test_rope_figures_are_drawn_when_rope_results_exist(rope_warehouse, tmp_path
         assert f.page == want and f'data-figure="{f.id}"' in want.read_text()
         assert f.section == "RoPE bands"
     forest = figs["rope-drop-forest"]
-    spec = json.loads(forest.spec.read_text())
+    spec = json.loads(forest.spec)
     [rows] = spec["datasets"].values()
     # one point per model and band of variant only, each with its model_metric_ci interval
     con = duckdb.connect(str(rope_warehouse), read_only=True)
@@ -79,12 +79,12 @@ def test_rope_figures_are_drawn_when_rope_results_exist(rope_warehouse, tmp_path
         assert (row["ci_low"], row["ci_high"]) == ci[
             (row["model_id"], f"rope_ap_drop_{row['band']}_only")
         ]
-    assert '"errorbar"' in forest.spec.read_text()
+    assert '"errorbar"' in forest.spec
     assert (
         "layer-cluster bootstrap" in forest.caption
         and "No interval (hollow mark)" in forest.caption
     )
-    spectrum = json.loads(figs[f"rope-spectrum-{rope_data.NOPE_MODEL}"].spec.read_text())
+    spectrum = json.loads(figs[f"rope-spectrum-{rope_data.NOPE_MODEL}"].spec)
     assert any(
         enc.get("x", {}).get("scale", {}).get("type") == "log"
         for layer in spectrum["layer"]
