@@ -40,5 +40,6 @@ MARTS: frozenset[str] = frozenset(
         "rope_energy_spectrum",
         "rope_band_plasticity_model",
         "rope_band_logits_model",
+        "ablation_effects",
     }
 )
