@@ -87,3 +87,37 @@ def test_k_beyond_the_computed_heads_and_missing_model_are_refused(con):
     c = duckdb.connect()
     with pytest.raises(NotFoundError, match="qkwh build"):
         head_scores(c, "m", "ap_overall")
+
+
+def test_both_models_pairs_the_metric_selections_of_two_models():
+    from qkwh.ablate.effects import both_models
+
+    c = duckdb.connect()
+    assert both_models(c, "a", "b") == []  # no mart: no section
+    c.execute(
+        "CREATE TABLE ablation_effects (model_id VARCHAR, run_id VARCHAR, metric VARCHAR, "
+        "rank_order VARCHAR, method VARCHAR, selection_kind VARCHAR, k INTEGER, length INTEGER, "
+        "mean_logprob DOUBLE, accuracy DOUBLE, diff_random_logprob DOUBLE, distinguishable BOOLEAN)"
+    )
+    for model, run, lp in (("a", "ra", -1.0), ("b", "rb", -2.0)):
+        for k in (2, 4):
+            c.execute(
+                "INSERT INTO ablation_effects VALUES (?, ?, 'm', 'lowest', 'mean', 'metric', ?, "
+                "512, ?, 0.5, -0.1, true)",
+                [model, run, k, lp - k],
+            )
+        c.execute(  # random and none rows, and a setting only one model has, stay out
+            "INSERT INTO ablation_effects VALUES (?, ?, 'm', 'lowest', 'mean', 'random', 2, 512, "
+            "0, 0, NULL, NULL)",
+            [model, run],
+        )
+    c.execute(
+        "INSERT INTO ablation_effects VALUES ('a', 'ra', 'm', 'lowest', 'zero', 'metric', 2, 512,"
+        " 0, 0, 0, false)"
+    )
+    rows = both_models(c, "a", "b")
+    assert [(r["k"], r["mean_logprob_a"], r["mean_logprob_b"]) for r in rows] == [
+        (2, -3.0, -4.0),
+        (4, -5.0, -6.0),
+    ]
+    assert rows[0]["run_id_a"] == "ra" and rows[0]["run_id_b"] == "rb"
