@@ -142,8 +142,8 @@ def random_order(heads: tuple[Head, ...], seed: int) -> list[Head]:
 def selections(
     scores: HeadScores, order: str, ks: tuple[int, ...], seeds: tuple[int, ...]
 ) -> list[tuple[str, int, tuple[Head, ...]]]:
-    """(selection, k, heads) of a run: ``none`` (k = 0), then the metric's and each
-    ``random:<seed>``'s k heads for every k."""
+    """(selection, k, heads) of a run: ``none`` (k = 0), then for every k the metric's k heads
+    and each ``random:<seed>``'s."""
     n = len(scores.heads)
     too_many = [k for k in ks if k > n]
     if too_many:
@@ -154,11 +154,9 @@ def selections(
     if any(k < 1 for k in ks):
         raise InputError("--k values must be at least 1")
     top = ranked(scores, order)
+    perms = {s: random_order(scores.heads, s) for s in seeds}
     out: list[tuple[str, int, tuple[Head, ...]]] = [("none", 0, ())]
-    for k in ks:
+    for k in ks:  # k by k, so a run stopped early already has comparable selections
         out.append((scores.metric, k, tuple(top[:k])))
-    for s in seeds:
-        perm = random_order(scores.heads, s)
-        for k in ks:
-            out.append((f"random:{s}", k, tuple(perm[:k])))
+        out += [(f"random:{s}", k, tuple(perms[s][:k])) for s in seeds]
     return out
