@@ -278,6 +278,7 @@ def test_the_catalogue_covers_every_figure_family():
         "RoPE bands",
         "Training dynamics",
         "Published comparison",
+        "Head ablation",
     }
     keys = [f.key for f in CATALOGUE]
     assert len(keys) == len(set(keys))
