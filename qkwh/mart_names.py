@@ -5,6 +5,7 @@ Generated from the analysis declarations (qkwh.analyses.registry) by `python -m 
 
 MARTS: frozenset[str] = frozenset(
     {
+        "ablation_effects",
         "benchmark_correlations",
         "benchmark_fits",
         "benchmark_joins",

@@ -16,6 +16,11 @@ from pathlib import Path
 
 import duckdb
 
+from qkwh.ablate.tables import (
+    ABLATION_TABLE_NAMES,
+    ablation_table_ddls,
+    create_ablation_tables,
+)
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Table
 from qkwh.columns import as_arrow
@@ -115,14 +120,18 @@ def _schema_stamp() -> str:
     h = hashlib.sha256(SCHEMA_SQL.read_bytes())
     for table in registry.tables():
         h.update(b"\0" + analysis_table_ddl(table).encode())
+    for ddl in ablation_table_ddls():
+        h.update(b"\0" + ddl.encode())
     return f"qkwh schema {h.hexdigest()[:16]}"
 
 
 def _schema_tables() -> set[str]:
-    """The tables the schema creates (warehouse/schema.sql and the analysis tables)."""
+    """The tables the schema creates (warehouse/schema.sql, the analysis and ablation tables)."""
     sql = SCHEMA_SQL.read_text()
-    return set(re.findall(r"^CREATE TABLE IF NOT EXISTS (\w+)", sql, re.M)) | set(
-        registry.result_tables()
+    return (
+        set(re.findall(r"^CREATE TABLE IF NOT EXISTS (\w+)", sql, re.M))
+        | set(registry.result_tables())
+        | set(ABLATION_TABLE_NAMES)
     )
 
 
@@ -142,6 +151,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
         return
     con.execute(SCHEMA_SQL.read_text())
     create_analysis_tables(con)
+    create_ablation_tables(con)
     migrate(con)
     con.execute(f"COMMENT ON TABLE head_runs IS {quote_literal(stamp)}")
 

@@ -18,7 +18,7 @@ import typer
 from typer.core import TyperCommand
 
 from qkwh.analyses import registry as analysis_registry
-from qkwh.cli import capture, catalog, compute, demo, marts
+from qkwh.cli import ablate, capture, catalog, compute, demo, marts
 from qkwh.cli.common import Command, Group, unwrap
 from qkwh.paths import DOCS_DIR
 
@@ -74,6 +74,7 @@ _command(
     short_help="Write a synthetic sniffed dataset with planted geometry.",
 )
 _command(capture.capture)
+_command(ablate.ablate)
 _command(marts.build)
 _command(marts.docs)
 _command(catalog.export)

@@ -17,9 +17,9 @@ from qkwh.analyses.declared.plasticity import PlasticityParams
 from qkwh.analyses.declared.rotation import RotationParams
 from qkwh.analyses.declared.uncertainty import UncertaintyParams
 from qkwh.analyses.types import HeadData
+from qkwh.bootstrap import jackknife_se
 from qkwh.compute.work import run_analyses
 from qkwh.params import RunConfig
-from qkwh.bootstrap import jackknife_se
 
 G = 4
 EXHAUSTIVE = {"plasticity": PlasticityParams(pairs="exhaustive", num_pairs_per_bucket=64)}

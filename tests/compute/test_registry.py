@@ -495,8 +495,8 @@ def test_shared_precomputations_are_built_once_with_what_they_need(monkeypatch):
 def _gqa_heads(n_q_heads: int = 3, n: int = 300, d: int = 8):
     """Query heads of one GQA group: their own query rows, the very same key arrays."""
     from qkwh.analyses.rope import layer_planes
-    from qkwh.rope_config import default_inv_freq
     from qkwh.analyses.types import AttentionFacts
+    from qkwh.rope_config import default_inv_freq
 
     rng = np.random.default_rng(11)
     rope = layer_planes(d, default_inv_freq(1e4, d), bucket_size=64, context_length=320)

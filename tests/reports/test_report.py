@@ -279,6 +279,7 @@ def test_the_catalogue_covers_every_figure_family():
         "Softmax reach",
         "Training dynamics",
         "Published comparison",
+        "Head ablation",
     }
     keys = [f.key for f in CATALOGUE]
     assert len(keys) == len(set(keys))
