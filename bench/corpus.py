@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SYNTH_CODE = ("synth.py", "synth_geometry.py")  # the generator: a change to it regenerates the data
 BENCH = REPO / "bench"
 OUT = BENCH / "results"
 sys.path.insert(0, str(REPO))
@@ -126,7 +127,7 @@ def head_draw(entry: dict[str, str], n: int, seed: int) -> list[tuple[int, int]]
 
 def corpus_key(models: list[dict[str, str]], a: argparse.Namespace) -> str:
     h = hashlib.sha256()
-    for path in (REPO / "qkwh" / "synth.py", REPO / "configs" / "models.csv"):
+    for path in (*(REPO / "qkwh" / f for f in SYNTH_CODE), REPO / "configs" / "models.csv"):
         h.update(path.read_bytes())
     h.update(
         json.dumps(

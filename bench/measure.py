@@ -35,6 +35,7 @@ from qkwh.params import RunConfig
 from qkwh.sniffed.reader import read_file
 
 REPO = Path(__file__).resolve().parents[1]
+SYNTH_CODE = ("synth.py", "synth_geometry.py")  # the generator: a change to it regenerates the data
 BENCH = REPO / "bench"
 MiB = 1024 * 1024
 #: the shape the targets are set for (bench/README.md)
@@ -197,7 +198,9 @@ class ModelSpec:
 
     @property
     def key(self) -> str:
-        synth = hashlib.sha256((REPO / "qkwh" / "synth.py").read_bytes()).hexdigest()[:8]
+        synth = hashlib.sha256(
+            b"".join((REPO / "qkwh" / f).read_bytes() for f in SYNTH_CODE)
+        ).hexdigest()[:8]
         return (
             f"h{self.heads}-r{self.rows}-d{self.d}-q{self.n_q_heads}kv{self.n_kv_heads}p{self.per_layer}"
             f"-L{self.context_length}-b{self.bucket_size}-e{self.n_examples}-s{self.seed}-synth{synth}"

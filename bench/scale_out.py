@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SYNTH_CODE = ("synth.py", "synth_geometry.py")  # the generator: a change to it regenerates the data
 OUT = REPO / "bench" / "results"
 MiB = 1024 * 1024
 
@@ -65,7 +66,9 @@ def _model(args) -> Path:
         bucket_size=args.bucket,
         seed=0,
     )
-    code = hashlib.sha256((REPO / "qkwh" / "synth.py").read_bytes()).hexdigest()[:8]
+    code = hashlib.sha256(
+        b"".join((REPO / "qkwh" / f).read_bytes() for f in SYNTH_CODE)
+    ).hexdigest()[:8]
     key = hashlib.sha256(repr(sorted(shape.items())).encode()).hexdigest()[:10] + "-" + code
     root = args.out / "data" / f"ray-{key}"
     if not (root / "_saver_state.json").exists():

@@ -133,7 +133,7 @@ def _ingest_many(sources: list[str], **kwargs) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
     from qkwh.cli.output import lazy_progress
-    from qkwh.ingest import ingest_many
+    from qkwh.ingest_branches import ingest_many
 
     with lazy_progress(
         TextColumn("{task.description}"),
