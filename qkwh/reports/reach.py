@@ -133,16 +133,25 @@ def drop_vs_drop(marts: Marts) -> alt.Chart:
     data = marts.tag(data)
     look = model_look(marts, {r["model_id"] for r in data})
     base = alt.Chart(table_of(data)).encode(color=look.color(), opacity=look.opacity())
+    x_title, y_title = "ap_drop (first − last 20 %)", "reach_drop (first − last 20 %)"
     points = base.mark_point(filled=True, size=80).encode(
-        x=alt.X("ap_drop:Q", title="ap_drop (first − last 20 %)"),
-        y=alt.Y("reach_drop:Q", title="reach_drop (first − last 20 %)"),
+        x=alt.X("ap_drop:Q", title=x_title),
+        y=alt.Y("reach_drop:Q", title=y_title),
         shape=look.shape(),
         tooltip=model_tooltip(
             alt.Tooltip("reach_drop:Q", format=".3f"), alt.Tooltip("ap_drop:Q", format=".3f")
         ),
     )
-    ybars = base.mark_rule().encode(x="ap_drop:Q", y="reach_drop_low:Q", y2="reach_drop_high:Q")
-    xbars = base.mark_rule().encode(y="reach_drop:Q", x="ap_drop_low:Q", x2="ap_drop_high:Q")
+    ybars = base.mark_rule().encode(
+        x=alt.X("ap_drop:Q", title=x_title),
+        y=alt.Y("reach_drop_low:Q", title=y_title),
+        y2="reach_drop_high:Q",
+    )
+    xbars = base.mark_rule().encode(
+        y=alt.Y("reach_drop:Q", title=y_title),
+        x=alt.X("ap_drop_low:Q", title=x_title),
+        x2="ap_drop_high:Q",
+    )
     return (
         alt.layer(ybars, xbars, points).add_params(look.selection).properties(width=420, height=320)
     )
@@ -167,7 +176,10 @@ def estimate_vs_exact(marts: Marts) -> Drawn:
     diag = (
         alt.Chart(table_of([{"x": 0.0, "y": 0.0}, {"x": hi, "y": hi}]))
         .mark_line(color="#888888", strokeDash=[4, 4])
-        .encode(x="x:Q", y="y:Q")
+        .encode(
+            x=alt.X("x:Q", title="reach, exact attention"),
+            y=alt.Y("y:Q", title="reach, estimated from the sampled keys"),
+        )
     )
     points = (
         alt.Chart(table_of(rows))
