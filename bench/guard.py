@@ -46,7 +46,7 @@ STARTS = 5
 
 #: name -> what it is; every one is checked (lower is better)
 FIGURES: dict[str, str] = {
-    "compute/read, wall": "default analyses (pca, rotation, plasticity) against the read floor, wall time",
+    "compute/read, wall": "the three analyses (pca, rotation, plasticity) against the read floor, wall time",
     "compute/read, worker CPU": "the same in the workers' CPU time (steadier on a loaded machine)",
     "compute/GEMM, worker CPU": "the compute's worker CPU against one fixed float64 GEMM (CPU time)",
     "--help/python, CPU": "`qkwh --help` against `python -c pass`, CPU time of the process",

@@ -47,8 +47,9 @@ FULL = {
     "scaling_rows": "2000,8000,32000",
 }
 
-#: the three per-head analyses the runs time together ("all three"); the opt-in ones (rope,
-#: the jackknife) are not among them
+#: the three per-head analyses the runs time together ("all three"): the reference of the cost
+#: rule for the default set (an analysis costing at most half of them per head is in it); reach
+#: (default) and the opt-in ones (rope, the jackknife) are timed beside them, each alone
 ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
 
 
@@ -281,20 +282,29 @@ def fresh_ingest(spec: ModelSpec, data: Path, out: Path) -> tuple[Path, float]:
 
 
 def plan_tasks(db: Path, model_id: str, config: RunConfig) -> list[GroupTask]:
-    """The compute's task list (every head, every analysis, with the layers' RoPE planes),
-    planned as ``runner.compute`` does."""
+    """The compute's task list (every head, every analysis, with the layers' RoPE planes and
+    the model's sampler facts for reach), planned as ``runner.compute`` does."""
     from qkwh import store
     from qkwh.compute.frequencies import load_rope_planes
     from qkwh.compute.runner import load_units
+    from qkwh.reach_inputs import load_attention_facts
 
     con = store.connect(db, read_only=True)
     try:
         units = load_units(con, [model_id])
         rope = load_rope_planes(con, [model_id])
+        attention = load_attention_facts(con, [model_id])
     finally:
         con.close()
     return plan(
-        units, {}, ANALYSES, dict.fromkeys(ANALYSES, "bench"), config, force=True, rope=rope
+        units,
+        {},
+        ANALYSES,
+        dict.fromkeys(ANALYSES, "bench"),
+        config,
+        force=True,
+        rope=rope,
+        attention=attention,
     )
 
 
@@ -428,6 +438,7 @@ RUNS: dict[str, tuple[str, tuple[str, ...], RunConfig]] = {
     "plasticity": ("plasticity (sampled)", ("plasticity",), SAMPLED),
     "all": ("all three (sampled)", ANALYSES, SAMPLED),
     "rope": ("rope (only)", ("rope",), SAMPLED),
+    "reach": ("reach (only)", ("reach",), SAMPLED),
     "plasticity-exhaustive": ("plasticity (exhaustive)", ("plasticity",), EXHAUSTIVE),
     "all-exhaustive": ("all three (exhaustive)", ANALYSES, EXHAUSTIVE),
     "plasticity-empirical": ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
@@ -511,6 +522,8 @@ SCALING_COLUMNS = (
     ("plasticity (sampled, empirical)", ("plasticity",), EMPIRICAL),
     ("all three (sampled)", ANALYSES, SAMPLED),
     ("rope (only)", ("rope",), SAMPLED),
+    # softmax reach (default): Horvitz-Thompson over the sampled keys with the sampler facts
+    ("reach (only)", ("reach",), SAMPLED),
     # the opt-in document-group jackknife (qkwh compute --documents): the three analyses rerun
     # once per left-out group, G = 10 (its default), plasticity sampled
     ("uncertainty (jackknife, G=10)", ("uncertainty",), SAMPLED),
@@ -524,12 +537,17 @@ def model_units(heads: int, rows: int, out: Path, config: RunConfig, log) -> lis
     """(head unit, its layer's RoPE planes) of a benchmark model of ``heads`` heads x ``rows``
     vectors (generated and ingested into a scratch warehouse if needed; the warehouse is removed,
     the files stay)."""
+    return [(u, rope) for u, rope, _ in model_unit_facts(heads, rows, out, config, log)]
+
+
+def model_unit_facts(heads: int, rows: int, out: Path, config: RunConfig, log) -> list:
+    """(head unit, its layer's RoPE planes, the model's sampler facts) as :func:`model_units`."""
     spec = ModelSpec(heads=heads, rows=rows)
     data, _ = ensure_dataset(spec, out, log)
     db, _ = fresh_ingest(spec, data, out)
     tasks = plan_tasks(db, spec.model_id, config)
     shutil.rmtree(db.parent, ignore_errors=True)
-    return [(u, t.rope) for t in tasks for u in t.heads]
+    return [(u, t.rope, t.attention) for t in tasks for u in t.heads]
 
 
 def scaling(
@@ -552,7 +570,8 @@ def scaling(
     keep_freed_memory()  # as in a compute worker
     results = []
     for rows in rows_list:
-        units = model_units(heads, rows, out, SAMPLED, log)
+        unit_facts = model_unit_facts(heads, rows, out, SAMPLED, log)
+        units = [(u, rope) for u, rope, _ in unit_facts]
         log(f"[scaling] {rows:,} vectors per file, {len(units)} heads ...")
         cols = [
             c
@@ -570,8 +589,10 @@ def scaling(
                 tries.append(time.process_time() - c0)
             return min(tries)
 
-        for i, (unit, rope) in enumerate(units):
-            head = head_data(unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED, rope)
+        for i, (unit, rope, facts) in enumerate(unit_facts):
+            head = head_data(
+                unit, read_file(unit.q_path), read_file(unit.k_path), SAMPLED, rope, facts
+            )
             if i == 0:  # warm-up
                 for _, analyses, cfg in cols[1:]:
                     run_analyses(head, analyses, cfg)

@@ -12,9 +12,9 @@ What it does (bench/README.md has the method):
 3. read-only baseline: maps a function that reads every q and k file (``reader.read_file``, the
    k file once per group, exactly like ``work.run_group``) over the same ``GroupTask`` list through
    the same executor the compute uses (process pool, BLAS pinned to one thread per worker);
-4. times ``runner.compute`` for each analysis alone, all three together, plasticity in exhaustive
-   mode and the empirical estimator (sampled and exhaustive), each on a fresh copy of the ingested
-   warehouse;
+4. times ``runner.compute`` for each analysis alone (reach and rope included), all three
+   together, plasticity in exhaustive mode and the empirical estimator (sampled and
+   exhaustive), each on a fresh copy of the ingested warehouse;
 5. peak memory: VmHWM of every worker (reported by the worker itself) and of the parent, for
    this model and for a smaller one, to show that it does not grow with the model;
 6. scaling: per-head CPU time of each analysis at 2k / 8k / 32k vectors per file, in one process;

@@ -141,7 +141,7 @@ def run(
         rep = run_ingest(str(sample), warehouse=wh)
         say("ingest", rep.summary())
         ids.append(rep.model_id)
-    # the three default analyses plus the two opt-in ones (the RoPE bands and the document
+    # the four default analyses plus the two opt-in ones (the RoPE bands and the document
     # jackknife, uncertainty.document_groups at its default): the demo shows everything
     analyses = demo_analyses()
     crep = run_compute(wh, models=ids, analyses=analyses)

@@ -9,7 +9,6 @@ MARTS: frozenset[str] = frozenset(
         "benchmark_correlations",
         "benchmark_fits",
         "benchmark_joins",
-        "benchmark_reach_flags",
         "bias_decomposition",
         "component_weights_model",
         "dataset_comparisons",

@@ -102,12 +102,16 @@ def load_attention_facts(con, models: Sequence[str] | None = None) -> dict[str, 
     return out
 
 
-def missing_facts_warning(model_id: str) -> str:
-    """The one line compute prints for a model left out of the reach analysis."""
+def missing_facts_warning(model_ids: Sequence[str]) -> str:
+    """The one line compute prints for the models left out of the reach analysis (all of them
+    in one line: the analysis is in the default set, so a warehouse of captures without sampler
+    facts would otherwise warn once per model on every compute)."""
+    ids = ", ".join(repr(m) for m in model_ids)
+    first = model_ids[0] if model_ids else "MODEL"
     return (
-        f"model {model_id!r}: the capture's sampler facts are unknown, so the {REACH_ANALYSIS} "
-        f"analysis is left out for it (the other analyses run); `qkwh findings {model_id}` "
-        "says what is missing"
+        f"{REACH_ANALYSIS} left out for {'model' if len(model_ids) == 1 else 'models'} {ids}: "
+        f"the capture's sampler facts are unknown (the other analyses run; "
+        f"`qkwh findings {first}` says what is missing)"
     )
 
 

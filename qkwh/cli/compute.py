@@ -216,7 +216,7 @@ def compute(
     )
     for _, why in report.excluded:
         err.print(tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
-    for _, _, why in report.left_out:
+    for why in dict.fromkeys(why for _, _, why in report.left_out):  # one line per reason
         err.print(tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)
     for why in report.notes:
         err.print(tagged("warning:", "yellow", why), highlight=False, soft_wrap=True)

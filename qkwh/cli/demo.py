@@ -45,7 +45,7 @@ def demo(
     """Run the whole pipeline on the embedded samples (what `make demo` runs).
 
     Ingest the two sample captures (SmolLM2-135M, 12 query heads, on technical prose and on
-    Python source code), compute their heads (the three default analyses plus the opt-in RoPE
+    Python source code), compute their heads (the four default analyses plus the opt-in RoPE
     bands and document jackknife, so the report shows the band figures and the comparison of the
     two datasets with document-level intervals), build the marts and draw the report
     (./reports/demo), then print commands to go on with that work as printed in the same folder.

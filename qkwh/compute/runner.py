@@ -304,9 +304,9 @@ def compute(
                     ]
                 attention = load_attention_facts(con, models) if REACH_ANALYSIS in analyses else {}
                 if REACH_ANALYSIS in analyses:
+                    no_facts = sorted({u.model_id for u in units} - set(attention))
                     left_out += [
-                        (m, REACH_ANALYSIS, missing_facts_warning(m))
-                        for m in sorted({u.model_id for u in units} - set(attention))
+                        (m, REACH_ANALYSIS, missing_facts_warning(no_facts)) for m in no_facts
                     ]
                 notes = few_documents(con, models, config) if JACKKNIFE_ANALYSIS in analyses else []
                 tasks = plan(

@@ -1,8 +1,10 @@
 """Softmax reach figures (docs/metrics/reach.md): where each model's softmax mass goes by
 distance, reach against plasticity per head and per model, the estimate against the exact
-attention recorded at capture, and the architectural limits of each model.
+attention recorded at capture, the architectural limits of each model and the benchmark
+lengths beyond them.
 
-The ``reach`` analysis is opt-in: without its results the reach figures are left out silently
+Without reach results (a model whose capture did not record its sampler facts, or a warehouse
+computed before the analysis was in the default set) the reach figures are left out silently
 (:class:`Absent`), so such a report looks as it did before the analysis existed.
 """
 
@@ -14,7 +16,7 @@ from qkwh.reports.base import Absent, Drawn, Marts, finite, model_look, model_to
 from qkwh.reports.catalogue import figure, section
 
 SECTION = section("Softmax reach", order=37)
-NOT_COMPUTED = "no softmax reach results (run `qkwh compute --analyses reach` and `qkwh build`)"
+NOT_COMPUTED = "no softmax reach results (run `qkwh compute` and `qkwh build`)"
 
 
 def _rows(marts: Marts, name: str, where: str = "", params: tuple = ()) -> list[dict]:
@@ -131,16 +133,25 @@ def drop_vs_drop(marts: Marts) -> alt.Chart:
     data = marts.tag(data)
     look = model_look(marts, {r["model_id"] for r in data})
     base = alt.Chart(table_of(data)).encode(color=look.color(), opacity=look.opacity())
+    x_title, y_title = "ap_drop (first − last 20 %)", "reach_drop (first − last 20 %)"
     points = base.mark_point(filled=True, size=80).encode(
-        x=alt.X("ap_drop:Q", title="ap_drop (first − last 20 %)"),
-        y=alt.Y("reach_drop:Q", title="reach_drop (first − last 20 %)"),
+        x=alt.X("ap_drop:Q", title=x_title),
+        y=alt.Y("reach_drop:Q", title=y_title),
         shape=look.shape(),
         tooltip=model_tooltip(
             alt.Tooltip("reach_drop:Q", format=".3f"), alt.Tooltip("ap_drop:Q", format=".3f")
         ),
     )
-    ybars = base.mark_rule().encode(x="ap_drop:Q", y="reach_drop_low:Q", y2="reach_drop_high:Q")
-    xbars = base.mark_rule().encode(y="reach_drop:Q", x="ap_drop_low:Q", x2="ap_drop_high:Q")
+    ybars = base.mark_rule().encode(
+        x=alt.X("ap_drop:Q", title=x_title),
+        y=alt.Y("reach_drop_low:Q", title=y_title),
+        y2="reach_drop_high:Q",
+    )
+    xbars = base.mark_rule().encode(
+        y=alt.Y("reach_drop:Q", title=y_title),
+        x=alt.X("ap_drop_low:Q", title=x_title),
+        x2="ap_drop_high:Q",
+    )
     return (
         alt.layer(ybars, xbars, points).add_params(look.selection).properties(width=420, height=320)
     )
@@ -165,7 +176,10 @@ def estimate_vs_exact(marts: Marts) -> Drawn:
     diag = (
         alt.Chart(table_of([{"x": 0.0, "y": 0.0}, {"x": hi, "y": hi}]))
         .mark_line(color="#888888", strokeDash=[4, 4])
-        .encode(x="x:Q", y="y:Q")
+        .encode(
+            x=alt.X("x:Q", title="reach, exact attention"),
+            y=alt.Y("y:Q", title="reach, estimated from the sampled keys"),
+        )
     )
     points = (
         alt.Chart(table_of(rows))
@@ -234,3 +248,86 @@ def limits_table(marts: Marts) -> alt.Chart:
         )
         .properties(width=110 * len(LIMIT_COLUMNS), height=22 * len(rows))
     )
+
+
+FLAG_COLUMNS = (
+    ("model", "model"),
+    ("benchmark", "benchmark"),
+    ("length", "length"),
+    ("beyond", "beyond"),
+)
+FLAG_NAMES = (
+    ("beyond_measured", "measured context"),
+    ("beyond_window", "smallest window"),
+    ("beyond_extrapolation", "extrapolation bound"),
+)
+
+
+def flag_rows(marts: Marts) -> list[dict]:
+    """One row per (model, benchmark, mode, length) of the per-length benchmark scores, with
+    ``beyond``: the limits the length exceeds ('' when measurable, None without limits)."""
+    if not marts.has("benchmark_joins") or "measurable" not in marts.columns("benchmark_joins"):
+        raise Absent("no benchmark flags (run `qkwh build`)")
+    seen: dict[tuple, dict] = {}
+    for r in marts.rows("benchmark_joins", "length_scope = 'length'"):
+        key = (r["model_id"], r["benchmark"], r["mode"], r["context_length_tokens"])
+        if key in seen:
+            continue
+        beyond = (
+            None
+            if r["measurable"] is None
+            else ", ".join(title for col, title in FLAG_NAMES if r[col])
+        )
+        seen[key] = {
+            "model_id": r["model_id"],
+            "benchmark": r["benchmark"] + (f" ({r['mode']})" if r["mode"] else ""),
+            "length": int(r["context_length_tokens"]),
+            "beyond": beyond,
+        }
+    if not seen:
+        raise Absent("no per-length benchmark scores for these models")
+    return marts.tag(
+        sorted(seen.values(), key=lambda r: (r["model_id"], r["benchmark"], r["length"]))
+    )
+
+
+@figure(
+    "reach-benchmark-flags",
+    section=SECTION,
+    title="Benchmark lengths beyond the architectural limits",
+    caption="Per model and per-length benchmark score: the limits the benchmark length exceeds "
+    "(the measured context, the smallest sliding window, the RoPE extrapolation bound; "
+    "benchmark_joins). A score at a length beyond any of them says nothing about plasticity "
+    "or reach; 'measurable' marks the lengths within all three.",
+    sources=("benchmark_joins", "model_reach_limits"),
+)
+def benchmark_flags_table(marts: Marts) -> Drawn:
+    rows = flag_rows(marts)
+    cells = []
+    for i, r in enumerate(rows):
+        for col, title in FLAG_COLUMNS:
+            v = r.get(col)
+            if col == "length":
+                text = f"{v:,}"
+            elif col == "beyond":
+                text = "—" if v is None else (v or "measurable")
+            else:
+                text = str(v)
+            cells.append({"row": i, "column": title, "text": text})
+    n_beyond = sum(1 for r in rows if r["beyond"])
+    chart = (
+        alt.Chart(table_of(cells))
+        .mark_text(align="left", fontSize=12)
+        .encode(
+            x=alt.X(
+                "column:N",
+                sort=[t for _, t in FLAG_COLUMNS],
+                title=None,
+                axis=alt.Axis(orient="top", labelAngle=0, domain=False, ticks=False),
+            ),
+            y=alt.Y("row:O", title=None, axis=None),
+            text="text:N",
+        )
+        .properties(width=170 * len(FLAG_COLUMNS), height=22 * len(rows))
+    )
+    return Drawn(chart, f"{n_beyond} of {len(rows)} benchmark lengths beyond a limit.")

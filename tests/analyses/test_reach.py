@@ -358,6 +358,45 @@ def test_model_without_sampler_facts_is_left_out_with_a_finding(tmp_path):
         con.close()
 
 
+def test_reach_is_default_and_models_without_facts_share_one_warning_line(tmp_path):
+    """reach is in the default set; a plain compute of two models without sampler facts and one
+    with them warns in exactly one line naming both, computes reach for the third only, and the
+    other default analyses for all three."""
+    import duckdb
+    from typer.testing import CliRunner
+
+    from qkwh import synth
+    from qkwh.analyses import registry
+    from qkwh.cli import app
+    from qkwh.ingest import ingest
+
+    assert "reach" in registry.default_names()
+    db = tmp_path / "wh.duckdb"
+    for model_id, drop in (("nofacts-a", True), ("nofacts-b", True), ("facts", False)):
+        data = tmp_path / model_id
+        synth.write_dataset(
+            data, n_layers=1, n_q_heads=2, n_kv_heads=1, d=16, rows_per_file=200, n_examples=4
+        )
+        if drop:
+            state = json.loads((data / "_saver_state.json").read_text())
+            del state["model_metadata"]["sampling_base_rate"]
+            (data / "_saver_state.json").write_text(json.dumps(state))
+        ingest(str(data), warehouse=db, model_id=model_id)
+    r = CliRunner().invoke(app, ["compute", "-w", str(db), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if "sampler facts" in x]
+    assert len(lines) == 1 and "'nofacts-a'" in lines[0] and "'nofacts-b'" in lines[0]
+    assert "'facts'" not in lines[0]
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.execute("SELECT DISTINCT model_id FROM reach_heads ORDER BY 1").fetchall() == [
+            ("facts",)
+        ]
+        assert con.execute("SELECT count(*) FROM plasticity_heads").fetchone() == (6,)
+    finally:
+        con.close()
+
+
 def test_ratio_estimator_bias_is_bounded_and_shrinks_like_one_over_n():
     """Subsamples of a planted head captured with every key kept (exact columns from the naive
     softmax): at a base rate of 8 per bucket of 32 (keep_first 4) the mean error of reach over

@@ -131,8 +131,8 @@ def test_demo_in_a_warehouse_with_other_models_leaves_them_intact(
     assert set(SAMPLE_MODEL_IDS) | {"synth-a"} <= set(summary)
     assert "synth-b" not in runs  # the demo computes the samples' heads only
     # every analysis, the opt-in RoPE bands and document jackknife too, on each sample's 12 heads
-    assert demo_analyses() == ("pca", "rotation", "plasticity", "rope", "uncertainty")
-    assert {m: runs[m] for m in SAMPLE_MODEL_IDS} == dict.fromkeys(SAMPLE_MODEL_IDS, 12 * 5)
+    assert demo_analyses() == ("pca", "rotation", "plasticity", "rope", "uncertainty", "reach")
+    assert {m: runs[m] for m in SAMPLE_MODEL_IDS} == dict.fromkeys(SAMPLE_MODEL_IDS, 12 * 6)
     # the summary table shows both samples, one row each
     assert [ln.split()[1] for ln in r.output.splitlines() if "│ smollm2-135m" in ln] == list(
         SAMPLE_MODEL_IDS

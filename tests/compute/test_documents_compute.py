@@ -57,7 +57,7 @@ def computed(data: Path, tmp_path_factory) -> Path:
 
 def test_documents_adds_the_jackknife_with_g_groups(computed: Path):
     params = dict(rows(computed, "SELECT analysis, params_json FROM run_config"))
-    assert set(params) == {"pca", "rotation", "plasticity", "uncertainty"}
+    assert set(params) == {"pca", "rotation", "plasticity", "reach", "uncertainty"}
     assert json.loads(params["uncertainty"])["uncertainty"]["document_groups"] == G
     heads = rows(computed, "SELECT count(*) FROM heads")[0][0]
     per_group = rows(

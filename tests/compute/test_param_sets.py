@@ -82,7 +82,7 @@ def test_second_set_keeps_the_first_sets_rows(two_sets: Path):
         )
         assert sorted(per_set.values()) == [N_HEADS, N_HEADS], table
     runs = rows_of(two_sets, "SELECT analysis, count(*) FROM head_runs GROUP BY 1 ORDER BY 1")
-    assert runs == [("pca", 2 * N_HEADS), ("plasticity", 2 * N_HEADS), ("rotation", 2 * N_HEADS)]
+    assert runs == [(a, 2 * N_HEADS) for a in ("pca", "plasticity", "reach", "rotation")]
     con = store.connect(two_sets, read_only=True)
     ids = resolve(con, "s1")
     current = dict(con.execute("SELECT analysis, config_id FROM current_config").fetchall())
@@ -91,7 +91,7 @@ def test_second_set_keeps_the_first_sets_rows(two_sets: Path):
     con.close()
     assert {(s.analysis, s.name, s.is_current, s.n_heads, s.partial) for s in sets} == {
         (a, n, n == "s1", N_HEADS, False)
-        for a in ("pca", "rotation", "plasticity")
+        for a in ("pca", "rotation", "plasticity", "reach")
         for n in ("base", "s1")
     }
     # every key of every per-head table holds config_id

@@ -652,6 +652,6 @@ def test_an_opt_in_analysis_is_left_out_of_the_default_set():
     registry.register(opt_in)
     try:
         assert "optin" in registry.names() and "optin" not in registry.default_names()
-        assert registry.default_names() == ("pca", "rotation", "plasticity")
+        assert registry.default_names() == ("pca", "rotation", "plasticity", "reach")
     finally:
         registry.unregister("optin")

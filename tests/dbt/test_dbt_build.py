@@ -453,6 +453,45 @@ def test_benchmark_joins_pair_scores_with_metrics(synthetic_build):
     assert corr == [(2, None, None, None, None)]  # two models: n reported, r withheld
 
 
+def test_benchmark_joins_flag_lengths_against_the_model_limits(synthetic_build):
+    """The flag columns are BOOLEAN; every per-length row carries the flags of its (model,
+    length) against model_reach_limits, recomputed here; overall rows carry none; the join does
+    not multiply the rows.  (The synthetic seeds give these models overall scores only: the
+    per-length logic is the unit test benchmark_joins_pairs_scores_with_metrics.)"""
+    types = dict(
+        synthetic_build.query(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_name = 'benchmark_joins' AND column_name IN "
+            "('beyond_measured', 'beyond_window', 'beyond_extrapolation', 'measurable')"
+        )
+    )
+    assert types == dict.fromkeys(
+        ("beyond_measured", "beyond_window", "beyond_extrapolation", "measurable"), "BOOLEAN"
+    )
+    rows = synthetic_build.dicts(
+        "SELECT j.*, l.measured_context, l.min_window, l.extrapolation_bound "
+        "FROM benchmark_joins AS j LEFT JOIN model_reach_limits AS l USING (model_id)"
+    )
+    assert any(r["length_scope"] == "overall" for r in rows)
+    per_length = [r for r in rows if r["length_scope"] == "length"]
+    for r in per_length:
+        n = r["context_length_tokens"]
+        want = (
+            n > r["measured_context"],
+            r["min_window"] is not None and n > r["min_window"],
+            r["extrapolation_bound"] is not None and n > r["extrapolation_bound"],
+        )
+        got = (r["beyond_measured"], r["beyond_window"], r["beyond_extrapolation"])
+        assert got == want and r["measurable"] == (not any(want)), r
+    for r in rows:
+        if r["length_scope"] == "overall":
+            assert (r["beyond_measured"], r["measurable"]) == (None, None)
+    assert synthetic_build.query(
+        "SELECT count(*) FROM (SELECT DISTINCT benchmark, mode, length_scope, "
+        "context_length_tokens, metric, model_id FROM benchmark_joins)"
+    ) == [(len(rows),)]
+
+
 def test_published_comparison_covers_ingested_registry_models_only(synthetic_build):
     ref = DBT_PROJECT_DIR / "seeds" / "published_model_metrics.csv"
     lines = ref.read_text().splitlines()[1:]

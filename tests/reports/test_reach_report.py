@@ -81,3 +81,34 @@ def test_without_reach_results_the_figures_are_absent(con):
             build(marts)
     with pytest.raises(Absent):
         reach.mass_heatmap(marts, "a")
+
+
+def test_benchmark_flags_table_lists_each_length_once_with_the_limits_it_exceeds(con):
+    """Per-length rows of benchmark_joins (one per metric) become one row per (model, benchmark,
+    length) naming the limits exceeded; overall scores are not listed; a model without limits
+    shows a dash; benchmark_joins without the flag columns leaves the figure out."""
+    con.execute(
+        "CREATE TABLE benchmark_joins AS SELECT * FROM (VALUES "
+        "('ruler', '', 'length', 4096, 'ap_drop', 'a', false, false, false, true), "
+        "('ruler', '', 'length', 4096, 'matched_len_bin', 'a', false, false, false, true), "
+        "('ruler', '', 'length', 16384, 'ap_drop', 'a', true, false, true, false), "
+        "('ruler', '', 'overall', NULL, 'ap_drop', 'a', NULL, NULL, NULL, NULL), "
+        "('longbench_pro', 'thinking', 'length', 8192, 'ap_drop', 'b', NULL, NULL, NULL, NULL)) "
+        "t(benchmark, mode, length_scope, context_length_tokens, metric, model_id, "
+        "beyond_measured, beyond_window, beyond_extrapolation, measurable)"
+    )
+    marts = Marts(con, ["a", "b"])
+    assert [
+        (r["model_id"], r["benchmark"], r["length"], r["beyond"]) for r in reach.flag_rows(marts)
+    ] == [
+        ("a", "ruler", 4096, ""),
+        ("a", "ruler", 16384, "measured context, extrapolation bound"),
+        ("b", "longbench_pro (thinking)", 8192, None),
+    ]
+    drawn = reach.benchmark_flags_table(marts)
+    texts = [v["text"] for v in _values(_spec(drawn)) if v["column"] == "beyond"]
+    assert texts == ["measurable", "measured context, extrapolation bound", "—"]
+    assert drawn.caption == "1 of 3 benchmark lengths beyond a limit."
+    con.execute("ALTER TABLE benchmark_joins DROP COLUMN measurable")
+    with pytest.raises(Absent):
+        reach.benchmark_flags_table(Marts(con, ["a", "b"]))

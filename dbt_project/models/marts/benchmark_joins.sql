@@ -4,6 +4,9 @@
 -- average) with the metrics of var('benchmark_metrics') and, for per-length scores, the
 -- matched plasticity length bin (metric = 'matched_len_bin').  One row per (benchmark score,
 -- metric, model); the correlations over models, with intervals, are in benchmark_correlations.
+-- A per-length score is flagged where its length lies beyond what the per-head measurements can
+-- say (model_reach_limits, docs/metrics/reach.md#architectural-limits): beyond the measured
+-- context, the smallest sliding window or the RoPE extrapolation bound.
 {%- set metrics = var('benchmark_metrics') %}
 with models as (
     select model_id, family, label from {{ ref('int_models') }}
@@ -52,6 +55,19 @@ observations as (
     select * from model_metric_obs
     union all
     select * from bin_obs
+),
+
+-- per (model, benchmark length): NULL for an overall score (no length) or a model without limits
+flags as (
+    select distinct
+        s.model_id,
+        s.context_length_tokens,
+        s.context_length_tokens > l.measured_context as beyond_measured,
+        coalesce(s.context_length_tokens > l.min_window, false) as beyond_window,
+        coalesce(s.context_length_tokens > l.extrapolation_bound, false) as beyond_extrapolation
+    from scores as s
+    join {{ ref('model_reach_limits') }} as l using (model_id)
+    where s.context_length_tokens is not null
 )
 
 select
@@ -66,8 +82,15 @@ select
     o.score,
     o.metric_value,
     o.bin_metric_name,
-    o.source_table
+    o.source_table,
+    f.beyond_measured,
+    f.beyond_window,
+    f.beyond_extrapolation,
+    not (f.beyond_measured or f.beyond_window or f.beyond_extrapolation) as measurable
 from observations as o
 join models as m using (model_id)
+left join flags as f
+    on f.model_id = o.model_id
+   and f.context_length_tokens = o.context_length_tokens
 -- a stable row order for readers that select without ORDER BY
 order by benchmark, mode, length_scope, context_length_tokens, metric, model_id

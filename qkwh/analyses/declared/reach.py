@@ -36,7 +36,7 @@ ANALYSIS = Analysis(
     params=ReachParams,
     title="Softmax reach: where each head's attention mass goes, by distance",
     doc="metrics/reach.md",
-    default=False,
+    default=True,
     metrics=(
         ModelMetric("reach", description="softmax reach, mean over heads", compared=True),
         ModelMetric(
