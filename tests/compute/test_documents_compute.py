@@ -19,16 +19,11 @@ from qkwh.cli import app
 from qkwh.sniffed.reader import read_file
 from qkwh.sniffed.writer import write_vectors_file
 from tests.conftest import SMALL_SYNTH
+from tests.conftest import qkwh_ok as cli
 
 G = 4
 EXHAUSTIVE = ["-p", "plasticity.pairs=exhaustive"]
 TABLES = ("plasticity_buckets_jackknife", "head_jackknife")
-
-
-def cli(*args: str):
-    r = CliRunner().invoke(app, list(args))
-    assert r.exit_code == 0, r.output + r.stderr
-    return r
 
 
 def rows(db: Path, sql: str) -> list[tuple]:

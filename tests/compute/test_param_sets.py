@@ -22,6 +22,7 @@ from qkwh.ingest import ingest
 from qkwh.runs import drop, list_sets, resolve, use
 from qkwh.status import staleness
 from tests.conftest import SAMPLE
+from tests.conftest import qkwh_cli as cli
 
 runner = CliRunner()
 MODEL = "smollm2-135m"
@@ -39,10 +40,6 @@ PER_HEAD = (
     "plasticity_components",
 )
 SEED1 = ["seed=1", "rotation.t_active=0.4"]
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def rows_of(db: Path, sql: str, params=()) -> list[tuple]:

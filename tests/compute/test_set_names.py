@@ -14,19 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh import store
-from qkwh.cli import app
 from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
 from qkwh.errors import InputError
 from qkwh.runs import check_name, resolve
+from tests.conftest import qkwh_cli as cli
 from tests.conftest import small_synth_args
 
 runner = CliRunner()
 MODEL = "synth-names"
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture(scope="module")

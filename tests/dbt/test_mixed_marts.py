@@ -16,24 +16,19 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from qkwh import store
 from qkwh.build import build, dbt_work_dir
-from qkwh.cli import app
 from qkwh.compute.runner import compute
 from qkwh.config import load_run_config
 from qkwh.ingest import ingest
 from qkwh.runs import resolve, use
 from qkwh.status import staleness
 from tests.conftest import SAMPLE
+from tests.conftest import qkwh_cli as cli
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
-
-
-def cli(*args: str):
-    return CliRunner().invoke(app, list(args))
 
 
 def rows_of(db: Path, sql: str) -> list[tuple]:

@@ -21,15 +21,11 @@ import pytest
 from typer.testing import CliRunner
 
 from qkwh import store
-from qkwh.cli import app
 from qkwh.ingest import ingest
 from tests.conftest import SAMPLE, snapshot
+from tests.conftest import qkwh_cli as cli
 
 runner = CliRunner()
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 @pytest.fixture
