@@ -113,3 +113,29 @@ def create_ablation_tables(con: Any) -> None:
     """Create the ablation tables (idempotent); ``con`` is a writable DuckDB connection."""
     for table in TABLES:
         con.execute(table_ddl(table))
+
+
+#: the ablation tables keyed by run_id (no model_id column): a model's rows are those of its runs
+RUN_KEYED_TABLES: tuple[str, ...] = (ABLATION_PROMPTS.name, ABLATION_TRIALS.name)
+
+_OF_MODEL = f"run_id IN (SELECT run_id FROM {ABLATION_RUNS.name} WHERE model_id = ?)"
+
+
+def count_model_run_rows(con: Any, model_id: str) -> dict[str, int]:
+    """Rows of ``model_id``'s ablation runs in the run-keyed tables (ablation_prompts, trials)."""
+    return {
+        t: con.execute(
+            f"SELECT count(*) FROM {_ident(t)} WHERE {_OF_MODEL}", [model_id]
+        ).fetchone()[0]
+        for t in RUN_KEYED_TABLES
+    }
+
+
+def delete_model_run_rows(con: Any, model_id: str) -> dict[str, int]:
+    """Delete the rows of ``model_id``'s ablation runs from the run-keyed tables; returns the
+    rows deleted per table.  Call it inside the caller's transaction, before the model's
+    ablation_runs rows go (they name the runs)."""
+    return {
+        t: con.execute(f"DELETE FROM {_ident(t)} WHERE {_OF_MODEL}", [model_id]).fetchone()[0]
+        for t in RUN_KEYED_TABLES
+    }
