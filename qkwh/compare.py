@@ -126,6 +126,21 @@ def compare(
     return rows
 
 
+def ablation_effects(
+    warehouse: str | os.PathLike[str] | None, model_a: str, model_b: str
+) -> list[dict]:
+    """The ablation effects of A and B side by side, one row per (metric, rank_order, method,
+    k, length) where both models have a run (read from the mart ``ablation_effects``; empty
+    when either model has none or the mart is missing)."""
+    from qkwh.ablate.effects import both_models
+
+    con = store.connect(warehouse, read_only=True)
+    try:
+        return [{k: _clean(v) for k, v in r.items()} for r in both_models(con, model_a, model_b)]
+    finally:
+        con.close()
+
+
 def _clean(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 

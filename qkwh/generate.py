@@ -7,7 +7,8 @@
 * the analysis part of ``dbt_project/models/staging/_sources.yml`` -- each table with its
   description, its columns and the test of its key;
 * the analysis part of ``docs/tables.md`` -- each table's grain, key and columns with type,
-  unit and meaning;
+  unit and meaning; and its ablation part, the same for the tables of ``qkwh ablate``
+  (:mod:`qkwh.ablate.tables`);
 * the analysis sections of ``configs/run.yaml`` -- each parameter with its default and the
   line of its field's ``metadata["doc"]``;
 * ``dbt_project/macros/declared_metrics.sql`` -- the catalogue of model-level metrics
@@ -45,6 +46,7 @@ SOURCES_MARKER = "      # -- generated from the analysis declarations (python -m
 DOCS_MARKER = (
     "<!-- generated from the analysis declarations (python -m qkwh.generate); do not edit below -->"
 )
+ABLATION_DOCS_MARKER = "<!-- generated from the ablation table declarations (python -m qkwh.generate); do not edit below -->"
 DOCS_END = "<!-- end of the generated part -->"
 RUN_MARKER = (
     "# -- one section per analysis, generated from its declaration (python -m qkwh.generate); "
@@ -214,20 +216,35 @@ def docs_part() -> str:
             "",
         ]
         for t in a.tables:
-            key = ", ".join(f"`{k}`" for k in t.full_key)
-            out += [
-                f"#### `{t.name}`",
-                "",
-                f"{t.description} Grain: {t.grain or 'one row per head'}; key: {key}.",
-                "",
-                "| column | type | unit | meaning |",
-                "|---|---|---|---|",
-            ]
-            for c in t.columns:
-                flag = " (in `head_metrics`)" if c.head_metric else ""
-                unit = "–" if not c.unit else _md(c.unit)
-                out.append(f"| `{c.name}` | {c.type} | {unit} | {_md(c.description)}{flag} |")
-            out.append("")
+            out += _table_md(t, ", ".join(f"`{k}`" for k in t.full_key), "####")
+    return "\n".join(out)
+
+
+def _table_md(t: Table, key: str, level: str) -> list[str]:
+    """One table's section: heading (``level``, e.g. "####"), description, grain, key, columns."""
+    out = [
+        f"{level} `{t.name}`",
+        "",
+        f"{t.description} Grain: {t.grain or 'one row per head'}; key: {key}.",
+        "",
+        "| column | type | unit | meaning |",
+        "|---|---|---|---|",
+    ]
+    for c in t.columns:
+        flag = " (in `head_metrics`)" if c.head_metric else ""
+        unit = "–" if not c.unit else _md(c.unit)
+        out.append(f"| `{c.name}` | {_md(c.type)} | {unit} | {_md(c.description)}{flag} |")
+    out.append("")
+    return out
+
+
+def ablation_docs_part() -> str:
+    """The ablation part of docs/tables.md: each table of ``qkwh ablate``, from its declaration."""
+    from qkwh.ablate.tables import TABLES as ABLATION_TABLES
+
+    out: list[str] = []
+    for t in ABLATION_TABLES:
+        out += _table_md(t, ", ".join(f"`{k}`" for k in t.key), "###")
     return "\n".join(out)
 
 
@@ -365,8 +382,9 @@ def write_dbt_project(project: Path) -> list[Path]:
 def expected_files() -> dict[Path, str]:
     """path -> the text the generator writes there."""
     files = dbt_files()
+    tables_md = _replace_after(TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END)
     files[TABLES_MD] = _replace_after(
-        TABLES_MD.read_text(), DOCS_MARKER, "\n" + docs_part(), DOCS_END
+        tables_md, ABLATION_DOCS_MARKER, "\n" + ablation_docs_part(), DOCS_END
     )
     files[MART_NAMES_PY] = mart_names_module()
     files[RUN_CONFIG_YAML] = _replace_after(

@@ -544,6 +544,7 @@ def remove(
             raise NotFoundError(unknown_names("model", [model_id], known, " in the warehouse"))
         # every table with a model_id column (catalog, compute, dbt marts) except reference data:
         # the dbt seeds describe models whether or not they are ingested
+        from qkwh.ablate.tables import count_model_run_rows, delete_model_run_rows
         from qkwh.paths import DBT_PROJECT_DIR
 
         seeds = {p.stem for p in (DBT_PROJECT_DIR / "seeds").glob("*.csv")}
@@ -561,9 +562,12 @@ def remove(
                 "WHERE model_id = ?)",
                 [model_id],
             ).fetchone()[0]
+            rows.update(count_model_run_rows(con, model_id))
             confirm(RemovalPlan(model_id, {t: n for t, n in rows.items() if n}, heads))
         with store.transaction(con):
-            counts = store.delete_model(con, model_id, tables=tables)
+            # the ablation tables keyed by run_id first: ablation_runs names the model's runs
+            counts = delete_model_run_rows(con, model_id)
+            counts.update(store.delete_model(con, model_id, tables=tables))
             store.rebuild_vectors_view(con)
         return counts
     finally:

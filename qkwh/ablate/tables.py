@@ -49,7 +49,7 @@ ABLATION_PROMPTS = Table(
     grain="one row per prompt of a run (length, depth, trial)",
     description="The prompts of each ablation run, so any trial can be recomputed outside qkwh.",
     columns=(
-        Column("run_id", "VARCHAR"),
+        Column("run_id", "VARCHAR", "", "the run (ablation_runs)"),
         Column("length", "INTEGER", "tokens", "tokens of input_ids (prompt and key)"),
         Column("depth", "DOUBLE", "1", "requested position of the key in the filler"),
         Column("trial", "INTEGER", "", "index of the prompt at this length and depth"),
@@ -69,15 +69,15 @@ ABLATION_TRIALS = Table(
     grain="one row per (run, selection, k, prompt)",
     description="Log-probability of the key and greedy exact match, per prompt and selection.",
     columns=(
-        Column("run_id", "VARCHAR"),
+        Column("run_id", "VARCHAR", "", "the run (ablation_runs)"),
         Column("selection", "VARCHAR", "", "none, the metric's name, or random:<seed>"),
         Column("k", "INTEGER", "heads", "heads ablated (0 for none)"),
         Column(
             "heads", "STRUCT(layer INTEGER, q_head INTEGER)[]", "", "the ablated heads, in order"
         ),
-        Column("length", "INTEGER", "tokens"),
-        Column("depth", "DOUBLE", "1"),
-        Column("trial", "INTEGER"),
+        Column("length", "INTEGER", "tokens", "the prompt's length (ablation_prompts)"),
+        Column("depth", "DOUBLE", "1", "the prompt's key depth (ablation_prompts)"),
+        Column("trial", "INTEGER", "", "the prompt's index (ablation_prompts)"),
         Column("logprob", "DOUBLE", "nats", "sum of log p(key token | everything before)"),
         Column("correct", "BOOLEAN", "", "greedy decoding reproduces every key token"),
     ),
@@ -113,3 +113,29 @@ def create_ablation_tables(con: Any) -> None:
     """Create the ablation tables (idempotent); ``con`` is a writable DuckDB connection."""
     for table in TABLES:
         con.execute(table_ddl(table))
+
+
+#: the ablation tables keyed by run_id (no model_id column): a model's rows are those of its runs
+RUN_KEYED_TABLES: tuple[str, ...] = (ABLATION_PROMPTS.name, ABLATION_TRIALS.name)
+
+_OF_MODEL = f"run_id IN (SELECT run_id FROM {ABLATION_RUNS.name} WHERE model_id = ?)"
+
+
+def count_model_run_rows(con: Any, model_id: str) -> dict[str, int]:
+    """Rows of ``model_id``'s ablation runs in the run-keyed tables (ablation_prompts, trials)."""
+    return {
+        t: con.execute(
+            f"SELECT count(*) FROM {_ident(t)} WHERE {_OF_MODEL}", [model_id]
+        ).fetchone()[0]
+        for t in RUN_KEYED_TABLES
+    }
+
+
+def delete_model_run_rows(con: Any, model_id: str) -> dict[str, int]:
+    """Delete the rows of ``model_id``'s ablation runs from the run-keyed tables; returns the
+    rows deleted per table.  Call it inside the caller's transaction, before the model's
+    ablation_runs rows go (they name the runs)."""
+    return {
+        t: con.execute(f"DELETE FROM {_ident(t)} WHERE {_OF_MODEL}", [model_id]).fetchone()[0]
+        for t in RUN_KEYED_TABLES
+    }

@@ -114,7 +114,9 @@ def compare(
     (run `qkwh build` first); the metrics compared are those the analyses declare as compared (the dbt var comparison_metrics overrides the list).  Two
     captures of one model on different datasets are compared head by head (dataset_comparisons);
     a model with a document-group jackknife (`compute --documents`) gets intervals that also
-    count document noise (docs/uncertainty.md).
+    count document noise (docs/uncertainty.md).  Where both models have `qkwh ablate` runs of
+    the same metric, order, method, k and length, a second table (table format only) sets their
+    ablation effects side by side.
     """
     from qkwh.compare import compare as run
     from qkwh.compare import fmt as num
@@ -162,6 +164,7 @@ def compare(
     out.print(table)
     if not rows:
         out.print("no metric compared for this pair")
+        _ablation_section(wh, model_a, model_b)
         return
     out.print(f"difference = A − B = {model_a} − {model_b}", highlight=False)
     context = _interval_context(wh, [model_a, model_b])
@@ -204,6 +207,56 @@ def compare(
                 ),
                 highlight=False,
             )
+    _ablation_section(wh, model_a, model_b)
+
+
+def _ablation_section(wh: Path, model_a: str, model_b: str) -> None:
+    """The table of ablation effects where both models have runs (nothing when they do not)."""
+    from qkwh.compare import ablation_effects
+    from qkwh.compare import fmt as num
+
+    rows = ablation_effects(wh, model_a, model_b)
+    if not rows:
+        return
+    table = Table(
+        "metric",
+        "order",
+        "method",
+        "length",
+        "k",
+        "A logprob",
+        "B logprob",
+        "A accuracy",
+        "B accuracy",
+        "A − random",
+        "B − random",
+        title=f"head ablation: {model_a} (A) vs {model_b} (B), the metric's heads knocked out",
+    )
+
+    def vs_random(v: float | None, flag: bool | None) -> str:
+        return num(v) + (" *" if flag else "")
+
+    for r in rows:
+        table.add_row(
+            r["metric"],
+            r["rank_order"],
+            r["method"],
+            str(r["length"]),
+            str(r["k"]),
+            num(r["mean_logprob_a"]),
+            num(r["mean_logprob_b"]),
+            num(r["accuracy_a"]),
+            num(r["accuracy_b"]),
+            vs_random(r["diff_random_logprob_a"], r["distinguishable_a"]),
+            vs_random(r["diff_random_logprob_b"], r["distinguishable_b"]),
+        )
+    out.print(table)
+    out.print(
+        "logprob: mean log-probability of the pass key (nats); − random: paired difference from "
+        "the random selections of the same k; * = distinguishable (its interval excludes 0); "
+        "the intervals are in the mart ablation_effects",
+        highlight=False,
+    )
 
 
 def _interval_context(wh: Path, models: list[str]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -82,3 +83,40 @@ def test_compare_without_marts_asks_for_a_build(tmp_path):
     assert "qkwh build" in r.stderr and "model_comparisons" in r.stderr
     with pytest.raises(QkwhError, match="no warehouse"):
         compare(tmp_path / "missing.duckdb", "a", "b")
+
+
+def test_compare_sets_ablation_effects_side_by_side(ci_build, tmp_path):
+    wh = tmp_path / "ablated.duckdb"
+    shutil.copy(ci_build.warehouse, wh)
+    before = _run("qwen3-4b", "qwen3-8b", "-w", str(wh))
+    assert before.exit_code == 0 and "head ablation" not in before.output  # no runs: no section
+    con = store.connect(wh)
+    try:
+        con.execute("DELETE FROM ablation_effects")
+        cols = "(model_id, run_id, metric, rank_order, method, selection_kind, k, length, "
+        cols += "mean_logprob, accuracy, diff_random_logprob, distinguishable)"
+        for model, run, lp in (("qwen3-4b", "ra", -1.25), ("qwen3-8b", "rb", -2.5)):
+            con.execute(
+                f"INSERT INTO ablation_effects {cols} VALUES "
+                "(?, ?, 'ap_overall', 'lowest', 'mean', 'metric', 4, 512, ?, 0.75, -0.625, ?), "
+                "(?, ?, 'ap_overall', 'lowest', 'mean', 'random', 4, 512, -9.0, 0.0, NULL, NULL)",
+                [model, run, lp, model == "qwen3-4b", model, run],
+            )
+        # a setting only A has stays out
+        con.execute(
+            f"INSERT INTO ablation_effects {cols} VALUES ('qwen3-4b', 'ra', 'bias_strength', "
+            "'highest', 'mean', 'metric', 4, 512, -7.5, 0.5, 0.0, false)"
+        )
+    finally:
+        con.close()
+    after = _run("qwen3-4b", "qwen3-8b", "-w", str(wh))
+    assert after.exit_code == 0, after.output
+    # the metric comparison is untouched, the ablation table follows it
+    assert after.output.startswith(before.output)
+    section = after.output[len(before.output) :]
+    assert "head ablation" in section and "ap_overall" in section
+    assert "-1.25" in section and "-2.5" in section and "-0.625 *" in section
+    assert "bias_strength" not in section and "-9" not in section
+    # csv and json keep their shape
+    csv_out = _run("qwen3-4b", "qwen3-8b", "-w", str(wh), "-f", "csv")
+    assert "head ablation" not in csv_out.stdout
