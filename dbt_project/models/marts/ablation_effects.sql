@@ -128,3 +128,5 @@ select
 from point p
 join runs r using (run_id)
 join bounds b using (run_id, selection, k, length)
+-- a stable row order for readers that select without ORDER BY
+order by r.model_id, p.run_id, p.selection, p.k, p.length
