@@ -67,7 +67,7 @@ def capture_command(model: Path, stdlib: Path, work: Path) -> list[str]:
     return [
         "qkwh", "capture", str(model), *texts, "--out", str(work),
         "--max-length", "8192", "--bucket-size", "512", "--base-rate", "15",
-        "--heads", "60", "--head-seed", "0",
+        "--heads", "60", "--head-seed", "0", "--keep-first", "0",
     ]  # fmt: skip
 
 
