@@ -6,9 +6,11 @@ would otherwise overwrite."""
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -18,6 +20,14 @@ from qkwh import store
 from qkwh.demo import SAMPLE_MODEL_ID, SAMPLE_MODEL_IDS, demo_analyses, next_steps, prepare
 from tests.conftest import qkwh_cli as cli
 from tests.conftest import snapshot, synth_args
+
+
+@pytest.fixture(autouse=True)
+def _qkwh_on_path(monkeypatch):
+    """This installation's ``qkwh`` first on $PATH, as in an active virtualenv: the demo then
+    suggests plain ``qkwh`` commands, whatever PATH the test run inherited (``make test`` does not
+    put the venv on it)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
 
 def _rows_of(db: Path, model_ids: list[str], *, raw: bool = False) -> dict[str, list]:
