@@ -21,6 +21,10 @@ from qkwh import store
 from qkwh.build import build
 from qkwh.reports.render import render
 
+# its own dbt build of planted rope rows (about half a minute): make test, not make test-fast; the
+# demo's slow test draws the rope section of a real report too
+pytestmark = pytest.mark.slow
+
 ROPE_MARTS = (
     "rope_band_energy",
     "rope_energy_spectrum",
