@@ -19,7 +19,6 @@ Pure numpy: the groups are removed from the rows the head was given (after the r
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,17 +49,7 @@ def without_group(head: HeadData, group: int, groups: int) -> HeadData:
     """``head`` without the query and key rows of document group ``group`` (row order kept)."""
     keep_q = document_group(head.q_example, groups) != group
     keep_k = document_group(head.k_example, groups) != group
-    return dataclasses.replace(
-        head,
-        q=head.q[keep_q],
-        q_pos=head.q_pos[keep_q],
-        q_example=head.q_example[keep_q],
-        q_bucket=head.q_bucket[keep_q],
-        k=head.k[keep_k],
-        k_pos=head.k_pos[keep_k],
-        k_example=head.k_example[keep_k],
-        k_bucket=head.k_bucket[keep_k],
-    )
+    return head.select(keep_q, keep_k)
 
 
 def metric_columns(analysis: Analysis) -> tuple[str, ...]:

@@ -298,23 +298,9 @@ def subsample(head: HeadData, facts: AttentionFacts, rng: np.random.Generator) -
     """A copy of ``head`` with its q rows and k rows kept independently with the keep
     probability of ``facts`` (as a capture with that sampler would have kept them); the exact
     columns follow their q rows.  ``head`` is typically a capture with every key kept."""
-    import dataclasses
-
     keep_q = rng.random(len(head.q_pos)) < keep_probability(head.q_pos, facts)
     keep_k = rng.random(len(head.k_pos)) < keep_probability(head.k_pos, facts)
-    return dataclasses.replace(
-        head,
-        q=head.q[keep_q],
-        q_pos=head.q_pos[keep_q],
-        q_example=head.q_example[keep_q],
-        q_bucket=head.q_bucket[keep_q],
-        k=head.k[keep_k],
-        k_pos=head.k_pos[keep_k],
-        k_example=head.k_example[keep_k],
-        k_bucket=head.k_bucket[keep_k],
-        attention=facts,
-        exact=None if head.exact is None else head.exact.take(np.flatnonzero(keep_q)),
-    )
+    return head.select(keep_q, keep_k, attention=facts)
 
 
 #: head metrics compared by :func:`estimate_errors`

@@ -9,7 +9,9 @@ head key (model_id, layer, q_head, k_head) and ``config_id`` are added by the co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -128,6 +130,24 @@ class HeadData:
     @property
     def d(self) -> int:
         return int(self.q.shape[1])
+
+    def select(self, keep_q: np.ndarray, keep_k: np.ndarray, **changes: Any) -> HeadData:
+        """The head with only the q rows where ``keep_q`` (bool, n_q) and the k rows where
+        ``keep_k`` (bool, n_k) are true, row order kept; the exact columns follow their q rows.
+        ``changes`` replace other fields (as :func:`dataclasses.replace`)."""
+        exact = None if self.exact is None else self.exact.take(np.flatnonzero(keep_q))
+        return dataclasses.replace(
+            self,
+            q=self.q[keep_q],
+            q_pos=self.q_pos[keep_q],
+            q_example=self.q_example[keep_q],
+            q_bucket=self.q_bucket[keep_q],
+            k=self.k[keep_k],
+            k_pos=self.k_pos[keep_k],
+            k_example=self.k_example[keep_k],
+            k_bucket=self.k_bucket[keep_k],
+            **{"exact": exact, **changes},
+        )
 
 
 # table name -> column name -> 1-D array (all columns of one table have equal length)
