@@ -233,21 +233,7 @@ def limits_table(marts: Marts) -> alt.Chart:
             v = r.get(col)
             text = "—" if v is None else (f"{v:,.0f}" if isinstance(v, (int, float)) else str(v))
             cells.append({"row": i, "column": title, "text": text})
-    return (
-        alt.Chart(table_of(cells))
-        .mark_text(align="left", fontSize=12)
-        .encode(
-            x=alt.X(
-                "column:N",
-                sort=[t for _, t in LIMIT_COLUMNS],
-                title=None,
-                axis=alt.Axis(orient="top", labelAngle=0, domain=False, ticks=False),
-            ),
-            y=alt.Y("row:O", title=None, axis=None),
-            text="text:N",
-        )
-        .properties(width=110 * len(LIMIT_COLUMNS), height=22 * len(rows))
-    )
+    return _text_table(cells, [t for _, t in LIMIT_COLUMNS], 110, len(rows))
 
 
 FLAG_COLUMNS = (
@@ -315,19 +301,24 @@ def benchmark_flags_table(marts: Marts) -> Drawn:
                 text = str(v)
             cells.append({"row": i, "column": title, "text": text})
     n_beyond = sum(1 for r in rows if r["beyond"])
-    chart = (
+    chart = _text_table(cells, [t for _, t in FLAG_COLUMNS], 170, len(rows))
+    return Drawn(chart, f"{n_beyond} of {len(rows)} benchmark lengths beyond a limit.")
+
+
+def _text_table(cells: list[dict], columns: list[str], column_width: int, n_rows: int):
+    """A table drawn as text marks: ``cells`` of {row, column, text}, columns in that order."""
+    return (
         alt.Chart(table_of(cells))
         .mark_text(align="left", fontSize=12)
         .encode(
             x=alt.X(
                 "column:N",
-                sort=[t for _, t in FLAG_COLUMNS],
+                sort=columns,
                 title=None,
                 axis=alt.Axis(orient="top", labelAngle=0, domain=False, ticks=False),
             ),
             y=alt.Y("row:O", title=None, axis=None),
             text="text:N",
         )
-        .properties(width=170 * len(FLAG_COLUMNS), height=22 * len(rows))
+        .properties(width=column_width * len(columns), height=22 * n_rows)
     )
-    return Drawn(chart, f"{n_beyond} of {len(rows)} benchmark lengths beyond a limit.")
