@@ -232,7 +232,7 @@ def limits_table(marts: Marts) -> alt.Chart:
         for col, title in LIMIT_COLUMNS:
             v = r.get(col)
             text = "—" if v is None else (f"{v:,.0f}" if isinstance(v, (int, float)) else str(v))
-            cells.append({"row": i, "column": title, "text": text})
+            cells.append({"row": i, "column": title, "text": text, **_who(r)})
     return _text_table(cells, [t for _, t in LIMIT_COLUMNS], 110, len(rows))
 
 
@@ -299,14 +299,20 @@ def benchmark_flags_table(marts: Marts) -> Drawn:
                 text = "—" if v is None else (v or "measurable")
             else:
                 text = str(v)
-            cells.append({"row": i, "column": title, "text": text})
+            cells.append({"row": i, "column": title, "text": text, **_who(r)})
     n_beyond = sum(1 for r in rows if r["beyond"])
     chart = _text_table(cells, [t for _, t in FLAG_COLUMNS], 170, len(rows))
     return Drawn(chart, f"{n_beyond} of {len(rows)} benchmark lengths beyond a limit.")
 
 
+def _who(row: dict) -> dict:
+    """The fields that name a row's model (its tooltip)."""
+    return {k: row.get(k) for k in ("model", "model_id", "family")}
+
+
 def _text_table(cells: list[dict], columns: list[str], column_width: int, n_rows: int):
-    """A table drawn as text marks: ``cells`` of {row, column, text}, columns in that order."""
+    """A table drawn as text marks: ``cells`` of {row, column, text, model, model_id, family},
+    columns in that order; hovering a cell names its model."""
     return (
         alt.Chart(table_of(cells))
         .mark_text(align="left", fontSize=12)
@@ -319,6 +325,7 @@ def _text_table(cells: list[dict], columns: list[str], column_width: int, n_rows
             ),
             y=alt.Y("row:O", title=None, axis=None),
             text="text:N",
+            tooltip=model_tooltip(),
         )
         .properties(width=column_width * len(columns), height=22 * n_rows)
     )
