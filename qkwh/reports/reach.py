@@ -47,6 +47,7 @@ def mass_heatmap(marts: Marts, model_id: str) -> alt.Chart:
         raise Absent(NOT_COMPUTED)
     for r in rows:
         r["lift"] = max(float(r["lift"]), 1e-3)
+    rows = marts.tag(rows)
     return (
         alt.Chart(table_of(rows))
         .mark_rect()
@@ -58,14 +59,14 @@ def mass_heatmap(marts: Marts, model_id: str) -> alt.Chart:
                 title="lift",
                 scale=alt.Scale(type="log", scheme="redblue", reverse=True, domainMid=1),
             ),
-            tooltip=[
+            tooltip=model_tooltip(
                 alt.Tooltip("q_bucket:O", title="query bucket"),
                 alt.Tooltip("distance_bin:O", title="distance bin"),
                 alt.Tooltip("mass:Q", title="mass", format=".3f"),
                 alt.Tooltip("uniform_mass:Q", title="uniform", format=".3f"),
                 alt.Tooltip("lift:Q", title="lift", format=".2f"),
                 alt.Tooltip("n_heads:Q", title="heads"),
-            ],
+            ),
         )
         .properties(width=420, height=300, title=marts.display(model_id))
     )
