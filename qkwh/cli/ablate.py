@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from qkwh.cli.common import WarehouseOpt, friendly
-from qkwh.cli.output import err, out
+from qkwh.cli.output import err, lazy_progress, out
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -96,7 +96,6 @@ def ablate(
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
@@ -120,7 +119,7 @@ def ablate(
         seed=seed,
         dtype=dtype,
     )
-    with Progress(
+    with lazy_progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
