@@ -106,7 +106,12 @@ class QueryEstimates:
 
 
 def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
-    """The Horvitz-Thompson estimates of every query of ``head`` (module docstring)."""
+    """The Horvitz-Thompson estimates of every query of ``head`` (module docstring).
+
+    The scores of one example's queries against its keys are one product (in blocks of at most
+    :data:`BLOCK_CELLS` cells); what follows from them is row by row, so the blocks of the
+    examples with the same number of keys are stacked and carried through it together.
+    """
     m, L = int(head.bucket_size), int(head.context_length)
     n_bins = max(1, -(-L // m))
     tau, _ = scaling_of(facts, head.d)
@@ -115,14 +120,18 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     window = head.sliding_window
     half = L / 2.0
 
-    q = np.asarray(head.q, dtype=np.float64)
-    k = np.asarray(head.k, dtype=np.float64)
     t_all = np.asarray(head.q_pos, dtype=np.int64)
     s_all = np.asarray(head.k_pos, dtype=np.int64)
     qe, ke = np.asarray(head.q_example), np.asarray(head.k_example)
-    pi_all = keep_probability(s_all, facts)
+    # queries and keys in example order (stable: each example's rows keep their file order)
+    q_order = np.argsort(qe, kind="stable")
     k_order = np.argsort(ke, kind="stable")
-    k_ex_sorted = ke[k_order]
+    q = np.asarray(np.asarray(head.q)[q_order], dtype=np.float64)  # (n_q, d)
+    k = np.asarray(np.asarray(head.k)[k_order], dtype=np.float64)  # (n_k, d)
+    q_ex, k_ex = qe[q_order], ke[k_order]
+    s_k = s_all[k_order]
+    pi_k = keep_probability(s_k, facts)
+    span_all = admissible_span(t_all, window)
 
     n_q = q.shape[0]
     used = np.zeros(n_q, dtype=bool)
@@ -133,47 +142,74 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     ess = np.full(n_q, np.nan)
     log_z = np.full(n_q, np.nan)
 
-    for e in np.unique(qe):
-        rows = np.flatnonzero(qe == e)
-        lo = int(np.searchsorted(k_ex_sorted, e, side="left"))
-        hi = int(np.searchsorted(k_ex_sorted, e, side="right"))
-        cols = k_order[lo:hi]
-        if cols.size == 0:
+    def rows_of(n_c: int, blocks: list[tuple[int, int, int, np.ndarray]]) -> None:
+        """The estimates of the query rows of ``blocks`` (each: first and end row in example
+        order, first key, and q . k of those rows against the example's ``n_c`` keys)."""
+        qpos = np.concatenate([np.arange(a, b) for a, b, _, _ in blocks])
+        k0 = np.concatenate([np.full(b - a, lo) for a, b, lo, _ in blocks])
+        kidx = k0[:, None] + np.arange(n_c)  # (N, n_c) each row's keys, in example order
+        r = q_order[qpos]  # the q rows (file order indices)
+        ks, kpi = s_k[kidx], pi_k[kidx]
+        t = t_all[r]
+        delta = t[:, None] - ks
+        ok = delta >= 0
+        if window is not None:
+            ok &= delta < int(window)
+        score = tau * np.concatenate([p for _, _, _, p in blocks])
+        if cap is not None:
+            score = cap * np.tanh(score / cap)
+        score = np.where(ok, score, -np.inf)
+        top = score.max(axis=1)
+        has = np.isfinite(top) & (span_all[r] > 0)
+        if not has.any():
+            return
+        r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
+        ks, kpi = ks[has], kpi[has]
+        w = np.where(ok, np.exp(score - top[:, None]), 0.0) / kpi
+        zi = w.sum(axis=1)
+        share = w / zi[:, None]
+        dbin = np.clip(delta // m, 0, n_bins - 1)
+        flat = (np.arange(r.size)[:, None] * n_bins + dbin)[ok]
+        mass[r] = np.bincount(flat, weights=share[ok], minlength=r.size * n_bins).reshape(
+            r.size, n_bins
+        )
+        distance[r] = (share * np.where(ok, delta, 0)).sum(axis=1)
+        far_i = (share * (delta >= half)).sum(axis=1)
+        far[r] = np.where(t >= half, far_i, np.nan)
+        if sink_n > 0:
+            sink[r] = (share * (ks < sink_n)).sum(axis=1)
+        ess[r] = zi**2 / (w**2).sum(axis=1)
+        log_z[r] = np.log(zi) + top
+        used[r] = True
+
+    # examples: [start, end) of their rows in example order, queries and keys
+    examples = np.unique(q_ex)
+    q_lo = np.searchsorted(q_ex, examples, side="left")
+    q_hi = np.searchsorted(q_ex, examples, side="right")
+    k_lo = np.searchsorted(k_ex, examples, side="left")
+    k_hi = np.searchsorted(k_ex, examples, side="right")
+    pending: dict[int, list[tuple[int, int, int, np.ndarray]]] = {}  # n_c -> its blocks
+    cells = 0  # in the pending blocks: at most about BLOCK_CELLS
+
+    def flush() -> None:
+        for n_c, group in pending.items():
+            rows_of(n_c, group)
+        pending.clear()
+
+    for a0, a1, lo, hi in zip(q_lo.tolist(), q_hi.tolist(), k_lo.tolist(), k_hi.tolist()):
+        n_c = hi - lo
+        if n_c == 0:
             continue
-        ks, kpi, kv = s_all[cols], pi_all[cols], k[cols]
-        step = max(1, BLOCK_CELLS // cols.size)
-        for b0 in range(0, rows.size, step):
-            r = rows[b0 : b0 + step]
-            t = t_all[r]
-            delta = t[:, None] - ks[None, :]
-            ok = delta >= 0
-            if window is not None:
-                ok &= delta < int(window)
-            score = tau * (q[r] @ kv.T)
-            if cap is not None:
-                score = cap * np.tanh(score / cap)
-            score = np.where(ok, score, -np.inf)
-            top = score.max(axis=1)
-            has = np.isfinite(top) & (admissible_span(t, window) > 0)
-            if not has.any():
-                continue
-            r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
-            w = np.where(ok, np.exp(score - top[:, None]), 0.0) / kpi[None, :]
-            zi = w.sum(axis=1)
-            share = w / zi[:, None]
-            dbin = np.clip(delta // m, 0, n_bins - 1)
-            flat = (np.arange(r.size)[:, None] * n_bins + dbin)[ok]
-            mass[r] = np.bincount(flat, weights=share[ok], minlength=r.size * n_bins).reshape(
-                r.size, n_bins
-            )
-            distance[r] = (share * np.where(ok, delta, 0)).sum(axis=1)
-            far_i = (share * (delta >= half)).sum(axis=1)
-            far[r] = np.where(t >= half, far_i, np.nan)
-            if sink_n > 0:
-                sink[r] = (share * (ks[None, :] < sink_n)).sum(axis=1)
-            ess[r] = zi**2 / (w**2).sum(axis=1)
-            log_z[r] = np.log(zi) + top
-            used[r] = True
+        kv_t = k[lo:hi].T
+        step = max(1, BLOCK_CELLS // n_c)
+        for b0 in range(a0, a1, step):
+            b1 = min(b0 + step, a1)
+            if cells + (b1 - b0) * n_c > BLOCK_CELLS:
+                flush()
+                cells = 0
+            pending.setdefault(n_c, []).append((b0, b1, lo, q[b0:b1] @ kv_t))
+            cells += (b1 - b0) * n_c
+    flush()
 
     idx = np.flatnonzero(used)
     uniform = admissible_span(t_all[idx], window) / 2.0
