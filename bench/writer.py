@@ -19,7 +19,7 @@ What it does (README "Scaling out" and bench/writer_results.md quote the figures
    Also the time to unpickle a unit's outcomes (what the parent does to receive them);
 4. **at the benchmark's pace**: the runner's default policy (first batch one head, then each
    four times the last, up to 1,024, a batch at least every 30 s) with results arriving at ``--pace`` heads/s (the
-   benchmark's all-three rate on 2 workers is 9.7) on a simulated clock, so the batches are the
+   benchmark's all-three rate on 2 workers was 9.7) on a simulated clock, so the batches are the
    ones a real run forms; the write time is real;
 5. a long run (``--long`` heads, default 3,000) at the largest batch, split in tenths, to show
    whether the write cost grows with the tables.
@@ -106,11 +106,13 @@ def _prepare(a: argparse.Namespace):
     """(base warehouse, config_ids, one list of outcomes per computed head)."""
     from qkwh import store
     from qkwh.analyses import registry
+    from qkwh.compute.frequencies import load_rope_planes
     from qkwh.compute.runner import load_units
     from qkwh.compute.units import code_version, plan
     from qkwh.compute.work import run_group
     from qkwh.ingest import ingest
     from qkwh.params import RunConfig
+    from qkwh.reach_inputs import load_attention_facts
     from qkwh.synth import write_dataset
 
     shape = dict(
@@ -141,14 +143,14 @@ def _prepare(a: argparse.Namespace):
     con = store.connect(base)
     try:
         units = load_units(con, None)
+        rope = load_rope_planes(con, None)
+        attention = load_attention_facts(con, None)  # reach needs the capture's sampler facts
     finally:
         con.close()
     cfg = RunConfig()
-    # the three analyses this benchmark has always timed (reach, also a default analysis, needs
-    # the capture's sampler facts, which this synthetic planner does not pass)
-    analyses = [a for a in registry.default_names() if a != "reach"]
+    analyses = tuple(registry.default_names())  # what a compute writes by default
     config_ids = {x: cfg.fingerprint(x, code_version()) for x in analyses}
-    tasks = plan(units, {}, analyses, config_ids, cfg)
+    tasks = plan(units, {}, analyses, config_ids, cfg, rope=rope, attention=attention)
     _log(f"computing {len(units)} heads once ...")
     outcomes = [o for t in tasks for o in run_group(t)]
     bad = [o.error for o in outcomes if o.error]
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         f"pyarrow {pa.__version__}, numpy {np.__version__}. Load average at the end: "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.",
         "",
-        f"**Heads:** {len(outcomes)} heads computed once (all three analyses, {a.rows:,} vectors per file, "
+        f"**Heads:** {len(outcomes)} heads computed once (the default analyses: {', '.join(outcomes[0].analyses)}; {a.rows:,} vectors per file, "
         f"d = {a.d}, 16 buckets), replicated to distinct keys: {rows_per_head:,} rows and "
         f"{bytes_per_head / 1024:,.0f} KiB of Arrow per head, units of {a.unit} heads. "
         f"Fastest of {a.repeat} run(s) per figure, each on a fresh copy of the ingested warehouse.",
