@@ -5,9 +5,11 @@
 and writes that file.  Every figure is a ratio of two times measured in the same run, so that a
 faster or slower machine, or one shared with other work, moves both sides:
 
-* the compute of the default analyses against merely reading the same files (the read floor),
-  in wall time and in the workers' CPU time, and the compute's CPU time against a fixed float64
-  GEMM on one thread;
+* the compute of the default analyses (every registered analysis not opt-in: pca, rotation,
+  plasticity and reach) against merely reading the same files (the read floor), in wall time and
+  in the workers' CPU time, and the compute's CPU time against a fixed float64 GEMM on one thread;
+  the same two ratios for the three analyses pca, rotation and plasticity alone (the reference of
+  the cost rule for the default set, and the guard's main figure before reach was added);
 * ``qkwh --help`` and a ``qkwh compute`` with nothing to do against a bare ``python -c pass``,
   in CPU time (user + system of the process: other load on the machine hardly changes it, unlike
   its wall time, which is reported beside it).
@@ -29,6 +31,7 @@ from pathlib import Path
 from measure import (
     ANALYSES,
     BENCH,
+    DEFAULT_ANALYSES,
     SAMPLED,
     ModelSpec,
     ensure_dataset,
@@ -46,9 +49,11 @@ STARTS = 5
 
 #: name -> what it is; every one is checked (lower is better)
 FIGURES: dict[str, str] = {
-    "compute/read, wall": "the three analyses (pca, rotation, plasticity) against the read floor, wall time",
+    "compute/read, wall": "the default analyses against the read floor, wall time",
     "compute/read, worker CPU": "the same in the workers' CPU time (steadier on a loaded machine)",
     "compute/GEMM, worker CPU": "the compute's worker CPU against one fixed float64 GEMM (CPU time)",
+    "three/read, wall": "the three analyses pca, rotation, plasticity against the read floor, wall",
+    "three/read, worker CPU": "the same in the workers' CPU time",
     "--help/python, CPU": "`qkwh --help` against `python -c pass`, CPU time of the process",
     "no-op compute/python, CPU": "`qkwh compute` with every head up to date against `python -c pass`, CPU time",
 }
@@ -100,20 +105,25 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
     shutil.copy(db, noop)
     log(f"computing {noop.name} once (the no-op compute's warehouse) ...")
     _process([*qkwh, "compute", "--warehouse", str(noop)], env)
-    runs: dict[str, list] = {k: [] for k in ("read", "compute", "gemm", "python", "help", "noop")}
+    keys = ("read", "compute", "three", "gemm", "python", "help", "noop")
+    runs: dict[str, list] = {k: [] for k in keys}
     for i in range(repeat):
-        log(f"[guard {i + 1}/{repeat}] read, compute, GEMM, python, --help, no-op compute ...")
+        log(f"[guard {i + 1}/{repeat}] read, compute, the three, GEMM, python, --help, no-op ...")
         runs["read"].append(run_read_only(tasks, workers))
-        runs["compute"].append(
-            run_compute("guard", db, spec.model_id, len(tasks), ANALYSES, SAMPLED, workers, False)
-        )
+        for key, analyses in (("compute", DEFAULT_ANALYSES), ("three", ANALYSES)):
+            runs[key].append(
+                run_compute(
+                    "guard", db, spec.model_id, len(tasks), analyses, SAMPLED, workers, False
+                )
+            )
         runs["gemm"].append(_gemm_seconds())
         for _ in range(STARTS):  # short and noisy: more tries, alternating
             runs["python"].append(_process([sys.executable, "-c", "pass"], env))
             runs["help"].append(_process([*qkwh, "--help"], env))
             runs["noop"].append(_process([*qkwh, "compute", "--warehouse", str(noop)], env))
         log(
-            f"    read {runs['read'][-1].wall_s:.2f} s, compute {runs['compute'][-1].wall_s:.2f} s, "
+            f"    read {runs['read'][-1].wall_s:.2f} s, compute {runs['compute'][-1].wall_s:.2f} s "
+            f"(the three {runs['three'][-1].wall_s:.2f} s), "
             f"--help {runs['help'][-1][0]:.2f} s, no-op {runs['noop'][-1][0]:.2f} s"
         )
     shutil.rmtree(db.parent, ignore_errors=True)
@@ -126,11 +136,14 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
 
     read_wall, read_cpu = best("read", "wall_s"), best("read", "cpu_s")
     comp_wall, comp_cpu = best("compute", "wall_s"), best("compute", "cpu_s")
+    three_wall, three_cpu = best("three", "wall_s"), best("three", "cpu_s")
     gemm = min(runs["gemm"])
     figures = {
         "compute/read, wall": comp_wall / read_wall,
         "compute/read, worker CPU": comp_cpu / read_cpu,
         "compute/GEMM, worker CPU": comp_cpu / gemm,
+        "three/read, wall": three_wall / read_wall,
+        "three/read, worker CPU": three_cpu / read_cpu,
         "--help/python, CPU": best_proc("help", 1) / best_proc("python", 1),
         "no-op compute/python, CPU": best_proc("noop", 1) / best_proc("python", 1),
     }
@@ -139,6 +152,8 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
         "read worker CPU": read_cpu,
         "compute wall": comp_wall,
         "compute worker CPU": comp_cpu,
+        "three wall": three_wall,
+        "three worker CPU": three_cpu,
         "GEMM": gemm,
         "python -c pass wall": best_proc("python", 0),
         "python -c pass CPU": best_proc("python", 1),
@@ -147,12 +162,19 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
         "no-op compute wall": best_proc("noop", 0),
         "no-op compute CPU": best_proc("noop", 1),
     }
-    other = max((p.other_cores for p in runs["read"] + runs["compute"]), default=float("nan"))
+    phases = runs["read"] + runs["compute"] + runs["three"]
+    other = max((p.other_cores for p in phases), default=float("nan"))
     return {
         "figures": figures,
         "seconds": seconds,
         "other_load_cores": other,
-        "settings": {"heads": heads, "rows": rows, "workers": workers, "repeat": repeat},
+        "settings": {
+            "heads": heads,
+            "rows": rows,
+            "workers": workers,
+            "repeat": repeat,
+            "analyses": list(DEFAULT_ANALYSES),
+        },
         "git": _git(repo),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "loadavg": _loadavg(),
@@ -179,6 +201,26 @@ def _loadavg() -> str:
         return "?"
 
 
+def _accepted_figure(accepted: dict, name: str, analyses: list[str]) -> float | None:
+    """The accepted value of figure ``name`` comparable with this run's (None: none is).
+
+    Accepted figures written before the guard timed the default set have no ``analyses`` in their
+    settings: their compute figures are those of the three analyses, so they are compared with
+    this run's ``three/...`` figures, and this run's default-set figures have no accepted value.
+    The compute figures of an accepted run of another default set are not compared either."""
+    figures = accepted.get("figures", {})
+    acc = accepted.get("settings", {}).get("analyses")
+    if name in _COMPUTE_FIGURES and acc != analyses:
+        return None
+    if acc is None and name.startswith("three/"):
+        return figures.get("compute/" + name.removeprefix("three/"))
+    return figures.get(name)
+
+
+#: the figures that depend on the default set of analyses
+_COMPUTE_FIGURES = ("compute/read, wall", "compute/read, worker CPU", "compute/GEMM, worker CPU")
+
+
 def compare(new: dict, accepted: dict, tolerance: float = TOLERANCE) -> list[str]:
     """One line per figure more than ``tolerance`` worse than the accepted one (empty: passed)."""
     if (
@@ -190,8 +232,9 @@ def compare(new: dict, accepted: dict, tolerance: float = TOLERANCE) -> list[str
             f"{new['settings']}: run with the same --guard-heads/--rows, or --accept"
         ]
     worse = []
+    analyses = new["settings"].get("analyses")
     for name in FIGURES:
-        old, now = accepted["figures"].get(name), new["figures"][name]
+        old, now = _accepted_figure(accepted, name, analyses), new["figures"][name]
         if old is not None and now > old * (1 + tolerance):
             worse.append(
                 f"{name}: {now:.2f}, accepted {old:.2f} (+{100 * (now / old - 1):.0f} %, "
@@ -206,9 +249,10 @@ def table(new: dict, accepted: dict | None, tolerance: float = TOLERANCE) -> str
         "| figure | this run | accepted | change | limit |",
         "|---|---:|---:|---:|---:|",
     ]
+    analyses = new["settings"].get("analyses")
     for name in FIGURES:
         now = new["figures"][name]
-        old = (accepted or {}).get("figures", {}).get(name)
+        old = _accepted_figure(accepted, name, analyses) if accepted else None
         change = f"{100 * (now / old - 1):+.0f} %" if old else ""
         limit = f"{old * (1 + tolerance):.2f}" if old else ""
         lines.append(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qkwh.analyses import precompute
+from qkwh.analyses import precompute, registry
 from qkwh.compute.executors import make_executor
 from qkwh.compute.memory import keep_freed_memory
 from qkwh.compute.units import GroupTask, code_version, plan
@@ -51,6 +51,9 @@ FULL = {
 #: rule for the default set (an analysis costing at most half of them per head is in it); reach
 #: (default) and the opt-in ones (rope, the jackknife) are timed beside them, each alone
 ANALYSES: tuple[str, ...] = ("pca", "rotation", "plasticity")
+#: the analyses a compute runs when it names none (pca, rotation, plasticity and reach): the
+#: guard's main compute figure (bench/guard.py)
+DEFAULT_ANALYSES: tuple[str, ...] = registry.default_names()
 
 
 # ---------------------------------------------------------------------------------------------
