@@ -161,14 +161,15 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
         score = np.where(ok, score, -np.inf)
         top = score.max(axis=1)
         has = np.isfinite(top) & (span_all[r] > 0)
-        if not has.any():
-            return
-        r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
-        ks, kpi = ks[has], kpi[has]
+        if not has.all():  # typically every row has an admissible kept key
+            if not has.any():
+                return
+            r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
+            ks, kpi = ks[has], kpi[has]
         w = np.where(ok, np.exp(score - top[:, None]), 0.0) / kpi
         zi = w.sum(axis=1)
         share = w / zi[:, None]
-        dbin = np.clip(delta // m, 0, n_bins - 1)
+        dbin = np.minimum(np.maximum(delta // m, 0), n_bins - 1)  # integers: np.clip's values
         flat = (np.arange(r.size)[:, None] * n_bins + dbin)[ok]
         mass[r] = np.bincount(flat, weights=share[ok], minlength=r.size * n_bins).reshape(
             r.size, n_bins
