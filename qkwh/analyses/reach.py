@@ -109,8 +109,9 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     """The Horvitz-Thompson estimates of every query of ``head`` (module docstring).
 
     The scores of one example's queries against its keys are one product (in blocks of at most
-    :data:`BLOCK_CELLS` cells); what follows from them is row by row, so the blocks of the
-    examples with the same number of keys are stacked and carried through it together.
+    :data:`BLOCK_CELLS` cells); what follows from them is cell by cell or row by row, so it is
+    carried through for many examples at once (up to about :data:`BLOCK_CELLS` cells), the row
+    sums over the rows of the examples with the same number of keys together.
     """
     m, L = int(head.bucket_size), int(head.context_length)
     n_bins = max(1, -(-L // m))
@@ -142,46 +143,76 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     ess = np.full(n_q, np.nan)
     log_z = np.full(n_q, np.nan)
 
-    def rows_of(n_c: int, blocks: list[tuple[int, int, int, np.ndarray]]) -> None:
-        """The estimates of the query rows of ``blocks`` (each: first and end row in example
-        order, first key, and q . k of those rows against the example's ``n_c`` keys)."""
-        qpos = np.concatenate([np.arange(a, b) for a, b, _, _ in blocks])
-        k0 = np.concatenate([np.full(b - a, lo) for a, b, lo, _ in blocks])
-        kidx = k0[:, None] + np.arange(n_c)  # (N, n_c) each row's keys, in example order
+    def estimate(pending: dict[int, list[tuple[int, int, int, np.ndarray]]]) -> None:
+        """The estimates of the query rows of the pending blocks: n_c -> blocks, each (first and
+        end row in example order, first key, q . k of those rows against the example's n_c
+        keys).  The cells of every block are one flat array, row after row (each row its keys in
+        example order), the groups of equal n_c one after another, so that a group's cells are
+        an (N_g, n_c) array: the row sums are taken there, as on each block alone."""
+        sizes = sorted(pending)
+        blocks = [(a, b, lo, n_c) for n_c in sizes for a, b, lo, _ in pending[n_c]]
+        bl = np.array(blocks, dtype=np.int64).reshape(-1, 4)
+        nr = bl[:, 1] - bl[:, 0]  # rows per block
+        n_rows = int(nr.sum())
+        first_row = np.cumsum(nr) - nr
+        qpos = np.repeat(bl[:, 0] - first_row, nr) + np.arange(n_rows)  # example-order q row
+        row_nc = np.repeat(bl[:, 3], nr)
+        first_cell = np.cumsum(row_nc) - row_nc
+        n_cells = int(row_nc.sum())
+        cell_row = np.repeat(np.arange(n_rows), row_nc)
+        kidx = np.repeat(np.repeat(bl[:, 2], nr) - first_cell, row_nc) + np.arange(n_cells)
+        # the groups: rows [r0, r1) and cells [c0, c1) of each n_c
+        g_rows = [sum(b - a for a, b, _, _ in pending[n_c]) for n_c in sizes]
+        bounds, r0, c0 = [], 0, 0
+        for n_c, g in zip(sizes, g_rows):
+            bounds.append((r0, r0 + g, c0, c0 + g * n_c, n_c))
+            r0, c0 = r0 + g, c0 + g * n_c
+
+        def row_sums(cells: np.ndarray, reduce: str = "sum") -> np.ndarray:
+            out = np.empty(n_rows, dtype=cells.dtype)
+            for a, b, c, e, n_c in bounds:
+                out[a:b] = getattr(cells[c:e].reshape(b - a, n_c), reduce)(axis=1)
+            return out
+
         r = q_order[qpos]  # the q rows (file order indices)
         ks, kpi = s_k[kidx], pi_k[kidx]
         t = t_all[r]
-        delta = t[:, None] - ks
+        delta = t[cell_row] - ks
         ok = delta >= 0
         if window is not None:
             ok &= delta < int(window)
-        score = tau * np.concatenate([p for _, _, _, p in blocks])
+        score = tau * np.concatenate([p.ravel() for n_c in sizes for *_, p in pending[n_c]])
         if cap is not None:
             score = cap * np.tanh(score / cap)
         score = np.where(ok, score, -np.inf)
-        top = score.max(axis=1)
+        top = row_sums(score, "max")
         has = np.isfinite(top) & (span_all[r] > 0)
-        if not has.all():  # typically every row has an admissible kept key
-            if not has.any():
-                return
-            r, t, delta, ok, score, top = r[has], t[has], delta[has], ok[has], score[has], top[has]
-            ks, kpi = ks[has], kpi[has]
-        w = np.where(ok, np.exp(score - top[:, None]), 0.0) / kpi
-        zi = w.sum(axis=1)
-        share = w / zi[:, None]
-        dbin = np.minimum(np.maximum(delta // m, 0), n_bins - 1)  # integers: np.clip's values
-        flat = (np.arange(r.size)[:, None] * n_bins + dbin)[ok]
-        mass[r] = np.bincount(flat, weights=share[ok], minlength=r.size * n_bins).reshape(
-            r.size, n_bins
-        )
-        distance[r] = (share * np.where(ok, delta, 0)).sum(axis=1)
-        far_i = (share * (delta >= half)).sum(axis=1)
-        far[r] = np.where(t >= half, far_i, np.nan)
-        if sink_n > 0:
-            sink[r] = (share * (ks < sink_n)).sum(axis=1)
-        ess[r] = zi**2 / (w**2).sum(axis=1)
-        log_z[r] = np.log(zi) + top
-        used[r] = True
+        if not has.any():
+            return
+        # rows without an admissible kept key (not has) give NaN here and are not written
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.where(ok, np.exp(score - top[cell_row]), 0.0) / kpi
+            zi = row_sums(w)
+            share = w / zi[cell_row]
+            dbin = np.minimum(np.maximum(delta // m, 0), n_bins - 1)  # integers: np.clip's
+            sel = ok & has[cell_row]
+            bins = np.bincount(
+                (cell_row * n_bins + dbin)[sel], weights=share[sel], minlength=n_rows * n_bins
+            ).reshape(n_rows, n_bins)
+            dist_i = row_sums(share * np.where(ok, delta, 0))
+            far_i = row_sums(share * (delta >= half))
+            sink_i = row_sums(share * (ks < sink_n)) if sink_n > 0 else None
+            ess_i = zi**2 / row_sums(w**2)
+            log_z_i = np.log(zi) + top
+        rr = r[has]
+        mass[rr] = bins[has]
+        distance[rr] = dist_i[has]
+        far[rr] = np.where(t >= half, far_i, np.nan)[has]
+        if sink_i is not None:
+            sink[rr] = sink_i[has]
+        ess[rr] = ess_i[has]
+        log_z[rr] = log_z_i[has]
+        used[rr] = True
 
     # examples: [start, end) of their rows in example order, queries and keys
     examples = np.unique(q_ex)
@@ -193,8 +224,8 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     cells = 0  # in the pending blocks: at most about BLOCK_CELLS
 
     def flush() -> None:
-        for n_c, group in pending.items():
-            rows_of(n_c, group)
+        if pending:
+            estimate(pending)
         pending.clear()
 
     for a0, a1, lo, hi in zip(q_lo.tolist(), q_hi.tolist(), k_lo.tolist(), k_hi.tolist()):
