@@ -34,7 +34,13 @@ RESERVED_TABLES = frozenset(
 )
 #: the per-head precomputations an analysis may ask for in ``Analysis.shared`` (built by
 #: :mod:`qkwh.analyses.precompute`, once per head for every analysis that asks)
-SHARED: tuple[str, ...] = ("query_moments", "key_moments", "moments", "key_layout")
+SHARED: tuple[str, ...] = (
+    "query_moments",
+    "key_moments",
+    "moments",
+    "key_layout",
+    "key_examples",
+)
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 _TYPE = re.compile(r"[A-Z][A-Z0-9_]*(\[\])?\Z")

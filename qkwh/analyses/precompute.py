@@ -74,6 +74,14 @@ def _key_layout(head: HeadData, shared: Mapping[str, Any]) -> Any:
     return plasticity.head_key_layout(head)
 
 
+def _key_examples(head: HeadData, shared: Mapping[str, Any]) -> Any:
+    """The key rows as float64 grouped by example, each example's rows in file order
+    (:func:`qkwh.analyses.reach.key_examples`)."""
+    from qkwh.analyses import reach
+
+    return reach.key_examples(head)
+
+
 #: name -> builder(head, shared so far): computed once per head when any analysis to run declares
 #: it in ``Analysis.shared`` (or needs it through :data:`PRECOMPUTE_NEEDS`), in this order, then
 #: handed to each of them in ``shared[name]``
@@ -82,6 +90,7 @@ PRECOMPUTE: dict[str, Callable[[HeadData, Mapping[str, Any]], Any]] = {
     "key_moments": _key_moments,  # used by "moments"
     "moments": _moments,  # used by PCA and rotation
     "key_layout": _key_layout,  # used by plasticity
+    "key_examples": _key_examples,  # used by reach
 }
 #: name -> the precomputations its builder reads (each listed before it in PRECOMPUTE)
 PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments", "key_moments")}
@@ -90,7 +99,7 @@ PRECOMPUTE_NEEDS: dict[str, tuple[str, ...]] = {"moments": ("query_moments", "ke
 #: one k file) share them too, through a :class:`KeyCache`.  What their builders return depends
 #: on the key rows alone (they may check the whole head first, and read no precomputation
 #: outside this set).
-KEY_SCOPE: frozenset[str] = frozenset({"key_moments", "key_layout"})
+KEY_SCOPE: frozenset[str] = frozenset({"key_moments", "key_layout", "key_examples"})
 
 
 class KeyCache:

@@ -105,8 +105,41 @@ class QueryEstimates:
     skipped: int
 
 
-def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
-    """The Horvitz-Thompson estimates of every query of ``head`` (module docstring).
+@dataclass(frozen=True)
+class KeyExamples:
+    """The key rows of one head grouped by example (stable: each example's rows in file order).
+
+    order : (n_k,) int64 the file rows in that order;  k : (n_k, d) float64 the key vectors;
+    position, example : (n_k,) their positions (int64) and example ids.  They depend on the key
+    rows alone: the query heads of one GQA group share them (``Analysis.shared``).
+    """
+
+    order: np.ndarray
+    k: np.ndarray
+    position: np.ndarray
+    example: np.ndarray
+
+
+def key_examples(head: HeadData) -> KeyExamples:
+    """The :class:`KeyExamples` of ``head``'s key rows."""
+    ke = np.asarray(head.k_example)
+    order = np.argsort(ke, kind="stable")
+    out = KeyExamples(
+        order=order,
+        k=np.asarray(np.asarray(head.k)[order], dtype=np.float64),
+        position=np.asarray(head.k_pos, dtype=np.int64)[order],
+        example=ke[order],
+    )
+    for a in (out.order, out.k, out.position, out.example):
+        a.flags.writeable = False  # shared by the heads of a group
+    return out
+
+
+def query_estimates(
+    head: HeadData, facts: AttentionFacts, keys: KeyExamples | None = None
+) -> QueryEstimates:
+    """The Horvitz-Thompson estimates of every query of ``head`` (module docstring); ``keys``:
+    its :func:`key_examples` when already built.
 
     The scores of one example's queries against its keys are one product (in blocks of at most
     :data:`BLOCK_CELLS` cells); what follows from them is cell by cell or row by row, so it is
@@ -122,15 +155,13 @@ def query_estimates(head: HeadData, facts: AttentionFacts) -> QueryEstimates:
     half = L / 2.0
 
     t_all = np.asarray(head.q_pos, dtype=np.int64)
-    s_all = np.asarray(head.k_pos, dtype=np.int64)
-    qe, ke = np.asarray(head.q_example), np.asarray(head.k_example)
+    qe = np.asarray(head.q_example)
     # queries and keys in example order (stable: each example's rows keep their file order)
     q_order = np.argsort(qe, kind="stable")
-    k_order = np.argsort(ke, kind="stable")
     q = np.asarray(np.asarray(head.q)[q_order], dtype=np.float64)  # (n_q, d)
-    k = np.asarray(np.asarray(head.k)[k_order], dtype=np.float64)  # (n_k, d)
-    q_ex, k_ex = qe[q_order], ke[k_order]
-    s_k = s_all[k_order]
+    q_ex = qe[q_order]
+    kx = keys if keys is not None else key_examples(head)
+    k, k_ex, s_k = kx.k, kx.example, kx.position
     pi_k = keep_probability(s_k, facts)
     span_all = admissible_span(t_all, window)
 
@@ -277,7 +308,7 @@ def run(
             "model are unknown; the analysis is not run without them"
         )
     _, source = scaling_of(facts, head.d)
-    est = query_estimates(head, facts)
+    est = query_estimates(head, facts, (shared or {}).get("key_examples"))
     m, L = int(head.bucket_size), int(head.context_length)
     n_bins = est.mass.shape[1]
     idx = est.index

@@ -33,6 +33,7 @@ def _c(name: str, type_: str, unit: str, description: str) -> Column:
 ANALYSIS = Analysis(
     name="reach",
     run="qkwh.analyses.reach:run",
+    shared=("key_examples",),
     params=ReachParams,
     title="Softmax reach: where each head's attention mass goes, by distance",
     doc="metrics/reach.md",
