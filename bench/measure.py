@@ -784,19 +784,25 @@ def _fastest(fn, repeat: int) -> float:
 
 
 def profile_heads(heads: int, rows: int, out: Path, config: RunConfig, log, top: int = 30) -> dict:
-    """cProfile of the three analyses (in this process) on ``heads`` heads of ``rows`` vectors.
+    """cProfile of the default analyses (in this process) on ``heads`` heads of ``rows`` vectors.
 
     Returns ``{"text": the pstats listing (top functions by own and by cumulative time),
     "heads": n, "top": [(function, own ms per head, share of the total)] (the 12 largest)}``.
     """
+    from qkwh.reach_inputs import read_exact
+
     keep_freed_memory()  # as in a compute worker
-    units = model_units(heads, rows, out, config, log)
-    loaded = [head_data(u, read_file(u.q_path), read_file(u.k_path), config) for u, _ in units]
-    run_analyses(loaded[0], ANALYSES, config)  # warm-up
+    loaded = [
+        head_data(
+            u, read_file(u.q_path), read_file(u.k_path), config, rope, facts, read_exact(u.q_path)
+        )
+        for u, rope, facts in model_unit_facts(heads, rows, out, config, log)
+    ]
+    run_analyses(loaded[0], DEFAULT_ANALYSES, config)  # warm-up
     prof = cProfile.Profile()
     prof.enable()
     for head in loaded:
-        run_analyses(head, ANALYSES, config)
+        run_analyses(head, DEFAULT_ANALYSES, config)
     prof.disable()
     buf = io.StringIO()
     st = pstats.Stats(prof, stream=buf)
