@@ -29,7 +29,9 @@ def _knobs_from_source() -> tuple[dict[str, str], dict[str, float]] | None:
         knobs = next(
             ast.literal_eval(node.value)
             for node in synth.body
-            if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "SYNTH_KNOBS"
+            if isinstance(node, ast.AnnAssign)
+            and ast.unparse(node.target) == "SYNTH_KNOBS"
+            and node.value is not None
         )
         # knob_defaults(): write_dataset's keyword defaults, then make_head's over them
         defaults: dict[str, float] = {}
