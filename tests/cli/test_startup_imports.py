@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: imported by no `--help`
 HEAVY = ("numpy", "duckdb", "pyarrow", "pydantic", "dbt", "jinja2", "altair", "scipy", "torch")
+HEAVY += ("markdown_it", "pygments")  # rich.markdown and rich.traceback (qkwh.cli.deferred)
 #: a compute with nothing to do opens the warehouse (DuckDB), and loads none of these
 NOT_FOR_NOTHING = (*(m for m in HEAVY if m != "duckdb"), "ray")
 
@@ -108,3 +109,43 @@ def test_synth_help_reads_the_knobs_the_generator_has():
     knobs, defaults = found
     assert knobs == SYNTH_KNOBS
     assert list(defaults.items()) == list(knob_defaults().items())
+
+
+_DEFERRED_PROBE = """
+import io, sys
+import qkwh.cli
+import rich.markdown, rich.traceback
+from rich.console import Console
+from rich.markdown import Markdown as StandIn  # what typer's help module holds
+
+stand_ins = [type(sys.modules[m]).__name__ for m in ("rich.markdown", "rich.traceback")]
+console = Console(file=io.StringIO(), width=60)
+console.print(rich.markdown.Markdown("# Title\\n\\nsome *text*"))
+try:
+    1 / 0
+except ZeroDivisionError:
+    console.print_exception()
+from rich.markdown import Heading
+real = [type(sys.modules[m]).__name__ for m in ("rich.markdown", "rich.traceback")]
+print(stand_ins, real, "Title" in console.file.getvalue(), "ZeroDivisionError" in console.file.getvalue(),
+      Heading.__module__, isinstance(rich.markdown.Markdown("x"), StandIn))
+"""
+
+
+def test_the_deferred_rich_modules_work_when_used():
+    """qkwh.cli puts stand-ins for rich.markdown and rich.traceback (typer's help imports them,
+    qkwh never uses them); using them imports the real modules, which then work as ever."""
+    r = subprocess.run(
+        [sys.executable, "-c", _DEFERRED_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [
+        "['_StandInModule',",
+        "'_StandInModule']",
+        "['module',",
+        "'module']",
+        "True",
+        "True",
+        "rich.markdown",
+        "True",
+    ], r.stdout
