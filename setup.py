@@ -4,7 +4,7 @@ git keeps one copy of them where the repository layout puts them (``warehouse/sc
 embedded sample under ``warehouse/sample/``, ``configs/``, ``dbt_project/``, and the
 documentation in ``docs/``, so an installed qkwh can point at it).  Building the
 package copies them into the build folder, never into the source tree, and ``qkwh.paths`` finds
-them with ``importlib.resources``.  An editable install (``make install``) copies nothing: the
+them beside the package's folder.  An editable install (``make install``) copies nothing: the
 package then reads them from the repository.  Everything else is in ``pyproject.toml``.
 """
 

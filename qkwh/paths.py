@@ -1,7 +1,7 @@
 """Where qkwh finds its own files, and where it writes by default.
 
 Run-time files (the warehouse schema, the model registry, the run defaults, the dbt project, the
-embedded samples and the documentation) are found with :mod:`importlib.resources`:
+embedded samples and the documentation) are found beside the package's own folder:
 
 * an installed wheel carries them as package data in ``qkwh/_data/`` (the build copies the
   repository's ``warehouse/``, ``configs/``, ``dbt_project/`` and ``docs/`` there, see
@@ -19,11 +19,13 @@ another), reports under ``./reports/``, and dbt's ``target/`` and ``logs/`` next
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
-PACKAGE_DIR = files("qkwh")
-if not isinstance(PACKAGE_DIR, Path):  # pragma: no cover - zipped installs are not supported
+# the folder of the qkwh package: what importlib.resources.files("qkwh") gives for an installed
+# folder (a zipped install is not supported), without importing importlib.resources, which every
+# command (and `qkwh --help`) would pay for at start-up
+PACKAGE_DIR = Path(__file__).parent
+if not (PACKAGE_DIR / "__init__.py").is_file():  # pragma: no cover - zipped installs
     raise ImportError(f"qkwh must be installed as a folder, not inside an archive ({PACKAGE_DIR})")
 
 

@@ -15,12 +15,13 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from qkwh.analyses.types import AttentionFacts, ExactAttention
 from qkwh.capture.exact import SCALE_KEY, SOFTCAP_KEY
+
+if TYPE_CHECKING:  # numpy only where the exact columns are read (compute's parent needs none)
+    import numpy as np
 
 #: the analysis that reads them (left out for a model without sampler facts)
 REACH_ANALYSIS = "reach"
@@ -136,6 +137,8 @@ def ingest_findings(metadata: Mapping[str, Any], *, strategy: str, bucket_size: 
 def read_exact(path: Path | str) -> ExactAttention | None:
     """The exact-attention columns of a q file, in file order, or None when it has none.
     A row without them holds NaN."""
+    import numpy as np
+
     from qkwh.errors import InputError
     from qkwh.sniffed.reader import _open, location
 

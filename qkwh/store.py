@@ -23,7 +23,6 @@ from qkwh.ablate.tables import (
 )
 from qkwh.analyses import registry
 from qkwh.analyses.registry import Table
-from qkwh.columns import as_arrow
 from qkwh.errors import NotAWarehouseError, NotFoundError, QkwhError, WarehouseLockedError
 from qkwh.paths import DEFAULT_WAREHOUSE, SCHEMA_SQL, SQL_DIR
 from qkwh.sniffed.globs import escape_glob
@@ -390,6 +389,8 @@ def insert_columns(con: duckdb.DuckDBPyConnection, table: str, columns) -> int:
     """Insert rows given as an Arrow table or as columns (lists or numpy/arrow arrays), by
     column name."""
     import pyarrow as pa
+
+    from qkwh.columns import as_arrow  # numpy and pyarrow: only where rows are written
 
     if table not in CATALOG_TABLES + compute_tables() + (
         "run_config",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where arrays are made: a no-op `qkwh compute` needs none
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class HeadData:
         """The head with only the q rows where ``keep_q`` (bool, n_q) and the k rows where
         ``keep_k`` (bool, n_k) are true, row order kept; the exact columns follow their q rows.
         ``changes`` replace other fields (as :func:`dataclasses.replace`)."""
+        import numpy as np
+
         exact = None if self.exact is None else self.exact.take(np.flatnonzero(keep_q))
         return dataclasses.replace(
             self,
@@ -151,7 +154,7 @@ class HeadData:
 
 
 # table name -> column name -> 1-D array (all columns of one table have equal length)
-Columns = dict[str, np.ndarray]
+Columns = dict[str, "np.ndarray"]
 
 
 @dataclass
@@ -161,6 +164,8 @@ class AnalysisResult:
     tables: dict[str, Columns] = field(default_factory=dict)
 
     def add(self, table: str, columns: Columns) -> None:
+        import numpy as np
+
         lengths = {len(np.atleast_1d(v)) for v in columns.values()}
         if len(lengths) > 1:
             raise ValueError(f"columns of {table} have different lengths: {sorted(lengths)}")

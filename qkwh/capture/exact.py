@@ -18,9 +18,10 @@ torch is imported lazily; the reductions are done in float64.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy where the columns are made: the saver-state keys below need none
+    import numpy as np
 
 #: saver-state keys (``_saver_state.json`` model_metadata) of the captured layers' softmax
 SCALE_KEY = "attention_score_scale"
@@ -80,6 +81,7 @@ def exact_attention(
     Returns ``attn_bins`` (H, K, n_bins) float32 and ``attn_distance``, ``attn_entropy``,
     ``attn_sink`` (H, K) float32.
     """
+    import numpy as np
     import torch
 
     pos = np.asarray(positions, dtype=np.int64)
@@ -120,6 +122,7 @@ def exact_attention(
 
 def arrow_columns(exact: dict[str, np.ndarray] | None, n: int, n_bins: int) -> dict[str, Any]:
     """The four columns as Arrow arrays of ``n`` rows (all null when ``exact`` is None)."""
+    import numpy as np
     import pyarrow as pa
 
     if exact is None:

@@ -20,7 +20,10 @@ from typer.core import TyperCommand
 from qkwh.analyses import registry as analysis_registry
 from qkwh.cli import ablate, capture, catalog, compute, demo, marts
 from qkwh.cli.common import Command, Group, unwrap
+from qkwh.cli.deferred import defer
 from qkwh.paths import DOCS_DIR
+
+defer()  # rich.markdown and rich.traceback, which typer's help imports and qkwh never uses
 
 __all__ = ["app", "commands_markdown", "main"]
 

@@ -11,11 +11,49 @@ from qkwh.cli.common import Command, WarehouseOpt, friendly
 from qkwh.cli.output import err, out, print_ingest
 
 
+def _knobs_from_source() -> tuple[dict[str, str], dict[str, float]] | None:
+    """(:data:`qkwh.synth.SYNTH_KNOBS`, :func:`qkwh.synth.knob_defaults`) read from the source of
+    qkwh.synth and of its generator module without importing them (they import numpy and
+    pyarrow, which ``qkwh synth --help`` does without); None when a value there is not a
+    literal."""
+    import ast
+    from importlib.util import find_spec
+
+    def tree(module: str) -> ast.Module:
+        spec = find_spec(module)
+        assert spec is not None and spec.origin is not None
+        return ast.parse(Path(spec.origin).read_text())
+
+    try:
+        synth, geometry = tree("qkwh.synth"), tree("qkwh.synth_geometry")
+        knobs = next(
+            ast.literal_eval(node.value)
+            for node in synth.body
+            if isinstance(node, ast.AnnAssign)
+            and ast.unparse(node.target) == "SYNTH_KNOBS"
+            and node.value is not None
+        )
+        # knob_defaults(): write_dataset's keyword defaults, then make_head's over them
+        defaults: dict[str, float] = {}
+        for module, name in ((synth, "write_dataset"), (geometry, "make_head")):
+            fn = next(n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name)
+            for arg, value in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True):
+                if arg.arg in knobs and value is not None:
+                    defaults[arg.arg] = ast.literal_eval(value)
+        return knobs, {k: defaults[k] for k in knobs}
+    except (AssertionError, OSError, SyntaxError, StopIteration, ValueError, KeyError, TypeError):
+        return None
+
+
 def knobs_help() -> str:
     """The knobs of the planted geometry with their defaults, one bullet each (docs/synth.md)."""
-    from qkwh.synth import SYNTH_KNOBS, knob_defaults
+    found = _knobs_from_source()
+    if found is None:  # pragma: no cover - a knob default that is not a literal
+        from qkwh.synth import SYNTH_KNOBS, knob_defaults
 
-    knobs = "\n".join(f"* {k} = {v:g}: {SYNTH_KNOBS[k]}" for k, v in knob_defaults().items())
+        found = SYNTH_KNOBS, knob_defaults()
+    descriptions, defaults = found
+    knobs = "\n".join(f"* {k} = {v:g}: {descriptions[k]}" for k, v in defaults.items())
     return (
         "Knobs of the planted geometry (--set NAME=VALUE; the default after =; docs/synth.md):"
         f"\n\n{knobs}"
@@ -23,8 +61,8 @@ def knobs_help() -> str:
 
 
 class SynthCommand(Command):
-    """``synth``: its help ends with the knobs, read from qkwh.synth only when the help is shown
-    (importing it costs numpy and pyarrow, which ``qkwh --help`` does without)."""
+    """``synth``: its help ends with the knobs, read when the help is shown from the source of
+    qkwh.synth (importing it costs numpy and pyarrow, which no ``--help`` needs)."""
 
     @property
     def help(self) -> str:

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from qkwh.cli.coercion import install
 from qkwh.cli.output import PipeClosed, drop_stdout, err, tagged, warn
 from qkwh.errors import QkwhError, is_interrupt
 
@@ -43,22 +44,23 @@ def _no_type(ctx) -> None:
 
 
 def _flags_without_type(params: list) -> list:
-    """``params`` with no ``<bool>`` shown for the flags in --help."""
+    """``params`` with no ``<bool>`` shown for the flags in --help, and their values converted
+    without pydantic where that is certain (:mod:`qkwh.cli.coercion`)."""
     for p in params:
         if getattr(p, "is_flag", False):
             p.display_type_rich = _no_type
-    return params
+    return install(params)
 
 
 class Command(TyperCommand):
-    """A qkwh command: flags show no type in --help."""
+    """A qkwh command: flags show no type in --help; plain values skip pydantic."""
 
     def get_params(self, ctx):
         return _flags_without_type(super().get_params(ctx))
 
 
 class Group(TyperGroup):
-    """A qkwh command group: flags show no type in --help."""
+    """A qkwh command group: flags show no type in --help; plain values skip pydantic."""
 
     def get_params(self, ctx):
         return _flags_without_type(super().get_params(ctx))

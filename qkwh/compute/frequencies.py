@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from qkwh import store
 from qkwh.analyses.types import RopePlanes
 
@@ -20,6 +18,8 @@ LayerPlanes = dict[tuple[str, int], RopePlanes]
 def load_rope_planes(con, models: Sequence[str] | None = None) -> LayerPlanes:
     """(model_id, layer) -> its planes, for ``models`` (None: every model).  A warehouse without
     the catalog table (never opened for writing by this qkwh) has none."""
+    import numpy as np
+
     try:
         rows = con.execute(store.load_sql("rope_planes"), [list(models) if models else None])
     except Exception as exc:  # noqa: BLE001 - a read-only warehouse older than the table

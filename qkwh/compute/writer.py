@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 
 from qkwh import store
 from qkwh.analyses import registry
@@ -140,6 +139,8 @@ def write_heads(
     outcomes = [o for o in outcomes if not o.error and o.analyses]
     if not outcomes:
         return 0
+    import pyarrow as pa  # here, not at the top: a compute with nothing to do needs none
+
     parts: dict[str, list[pa.Table]] = {}
     runs: dict[str, list] = {k: [] for k in _RUN_COLUMNS}
     now = _now()
@@ -339,6 +340,8 @@ def _test_hold_commit(con: duckdb.DuckDBPyConnection) -> None:
 
 def _delete_sets(con: duckdb.DuckDBPyConnection, keys: list[HeadSet]) -> None:
     """Delete the rows of these (head, analysis, config_id) from their tables and head_runs."""
+    import pyarrow as pa
+
     by_analysis: dict[str, list[HeadSet]] = {}
     for k in keys:
         by_analysis.setdefault(k[3], []).append(k)
