@@ -4,8 +4,10 @@
 with per-model figures has its own page.  Each figure's Vega-Lite spec is inlined once, in the
 page that shows it, as ``<script type="application/json" class="vl-spec">`` with ``<``, ``>``
 and ``&`` written as JSON escapes (:func:`qkwh.reports.specs.inline_json`), so no label or
-dataset name can end the script or open a comment.  Every other text and attribute is
-escaped by the templates.  :func:`read_specs` reads the specs back from a report folder.
+dataset name can end the script or open a comment; its datasets are stored by column
+(:func:`qkwh.reports.specs.pack_datasets`) and turned back into rows by the page's script.
+Every other text and attribute is escaped by the templates.  :func:`read_specs` reads the
+specs back from a report folder, as Vega-Lite specs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from qkwh import __version__
 from qkwh.reports.base import ModelInfo, slug
 from qkwh.reports.catalogue import sections
 from qkwh.reports.result import RenderedFigure, SkippedFigure
-from qkwh.reports.specs import VL_VERSION, inline_json
+from qkwh.reports.specs import VL_VERSION, inline_json, pack_datasets, unpack_datasets
 from qkwh.reports.static import VENDOR_JS
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -102,7 +104,7 @@ def _figure(f: RenderedFigure, page: Path) -> dict[str, Any]:
         "id": f.id,
         "title": f.title,
         "caption": f.caption,
-        "spec": f.spec,
+        "spec": json.dumps(pack_datasets(json.loads(f.spec)), separators=(",", ":")),
         "sources": f.sources,
         "links": links,
     }
@@ -285,5 +287,5 @@ def read_specs(folder: str | Path) -> dict[str, dict[str, Any]]:
         if page.is_file():
             reader = _SpecReader()
             reader.feed(page.read_text(encoding="utf-8"))
-            specs.update({k: json.loads(v) for k, v in reader.specs.items()})
+            specs.update({k: unpack_datasets(json.loads(v)) for k, v in reader.specs.items()})
     return specs
