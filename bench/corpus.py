@@ -15,10 +15,16 @@ What it does (bench/README.md "The report at corpus scale"; figures in bench/cor
    order are the registry's), computes every head with a fast parameter set (fewer rotation
    pairs and plasticity pairs: the report reads the marts, whose size does not depend on them)
    and builds the marts.  The built warehouse is cached with the data;
-2. times ``qkwh report`` (the command, in a fresh process) on that warehouse into a fresh folder,
+2. copies the built warehouse and its dbt folder into a scratch folder and times, each command
+   in a fresh process on that copy: ``qkwh compute --force`` with the same parameters (every head
+   again: heads/s; ``--no-compute`` skips it), ``qkwh build`` twice (the first build of a copied
+   warehouse parses the dbt project from scratch, the second reuses the parse; per-kind node
+   times and the slowest nodes from dbt's run_results.json; ``--no-build`` skips both);
+3. times ``qkwh report`` (the command, in a fresh process) on that warehouse into a fresh folder,
    ``--repeat`` times, the fastest counting; then once with ``--static`` (PNG and SVG too);
-3. reports wall time, CPU time, the size of index.html, of the largest page and of the whole
-   folder, and the number of files, with the machine's load.
+4. reports wall time, CPU time, the size of index.html, of the largest page and of the whole
+   folder, and the number of files, with the machine's load, against the targets (first build
+   <= 25 s, report <= 60 s, folder <= 50 MB, index.html <= 5 MB).
 
 Nothing here is a test: tests/test_bench_corpus_smoke.py only checks that the script runs.
 """
@@ -69,6 +75,10 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2, help="compute workers")
     p.add_argument("--repeat", type=int, default=1, help="timed report runs; the fastest counts")
     p.add_argument("--no-static", action="store_true", help="skip the timed `--static` run")
+    p.add_argument(
+        "--no-compute", action="store_true", help="skip timing `qkwh compute --force` on the copy"
+    )
+    p.add_argument("--no-build", action="store_true", help="skip timing `qkwh build` on the copy")
     p.add_argument(
         "--prepare-only", action="store_true", help="make (or find) the corpus, time nothing"
     )
@@ -207,6 +217,164 @@ def ensure_corpus(models: list[dict[str, str]], a: argparse.Namespace) -> tuple[
 
 
 # ---------------------------------------------------------------------------------------------
+# compute and build, timed on a fresh copy
+# ---------------------------------------------------------------------------------------------
+
+#: targets at corpus scale (23 models x 300 heads, 2 cores)
+BUILD_TARGET_S = 25.0
+REPORT_TARGET_S = 60.0
+FOLDER_TARGET_MB = 50.0
+INDEX_TARGET_MB = 5.0
+
+
+def fresh_copy(db: Path, dest: Path) -> Path:
+    """A copy of the built corpus and of its dbt folder (``<name>.dbt/``) in ``dest``, under the
+    same file name (dbt names the database after it)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    shutil.copy2(db, dest / db.name)
+    work = db.with_name(db.stem + ".dbt")
+    if work.is_dir():
+        shutil.copytree(work, dest / work.name)
+    return dest / db.name
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def run_timed(cmd: list[str], cwd: Path) -> dict:
+    """Run ``cmd`` in a fresh process: wall and CPU time (user + system of the process and its
+    children), the CPU other processes used meanwhile (in cores), its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    b0 = _busy()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=cwd)
+    wall = time.perf_counter() - t0
+    b1 = _busy()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[2:])} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    hz = os.sysconf("SC_CLK_TCK")
+    other = max(0.0, ((b1[0] - b0[0]) / hz - cpu) / wall) if wall > 0 else 0.0
+    return {"wall_s": wall, "cpu_s": cpu, "other_cores": other, "stdout": proc.stdout}
+
+
+def time_compute(db: Path, heads: int, a: argparse.Namespace) -> dict:
+    """``qkwh compute --force`` on the copy, with the corpus's parameters: every head again."""
+    cmd = [sys.executable, "-m", "qkwh.cli", "compute", "-w", str(db), "--force"]
+    cmd += ["-j", str(a.workers)] + [x for k, v in FAST.items() for x in ("-p", f"{k}={v}")]
+    r = run_timed(cmd, db.parent)
+    r["heads"] = heads
+    r["heads_per_s"] = heads / r["wall_s"]
+    del r["stdout"]
+    return r
+
+
+def _dbt_log_phases(log: Path) -> dict:
+    """How the last dbt run in ``log`` parsed (full or partial) and the seconds from its start to
+    the end of parsing."""
+    import re
+    from datetime import datetime
+
+    lines = log.read_text(errors="replace").splitlines()
+    starts = [i for i, line in enumerate(lines) if "Running with dbt=" in line]
+    lines = lines[starts[-1] :] if starts else lines
+
+    def stamp(line: str) -> datetime | None:
+        m = re.match(r"(\d\d:\d\d:\d\d\.\d+)", line)
+        return datetime.strptime(m.group(1), "%H:%M:%S.%f") if m else None
+
+    t0 = stamp(lines[0]) if lines else None
+    found = next((stamp(x) for x in lines if " Found " in x and stamp(x)), None)
+    how = "partial" if any("Partial parsing enabled" in x for x in lines) else "full"
+    parse_s = (found - t0).total_seconds() if t0 and found else None
+    return {"parse": how, "parse_s": parse_s}
+
+
+def time_build(db: Path) -> dict:
+    """``qkwh build`` on the copy: wall and CPU, how dbt parsed, node seconds per kind (summed
+    over dbt's threads) and the slowest nodes (dbt's run_results.json)."""
+    cmd = [sys.executable, "-m", "qkwh.cli", "build", "-w", str(db)]
+    r = run_timed(cmd, db.parent)
+    del r["stdout"]
+    work = db.with_name(db.stem + ".dbt")
+    results = json.loads((work / "target" / "run_results.json").read_text())
+    kinds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for n in results["results"]:
+        kind = n["unique_id"].split(".")[0]
+        kinds[kind] = kinds.get(kind, 0.0) + n["execution_time"]
+        counts[kind] = counts.get(kind, 0) + 1
+    slow = sorted(results["results"], key=lambda n: -n["execution_time"])[:10]
+    r.update(_dbt_log_phases(work / "logs" / "dbt.log"))
+    r["dbt_elapsed_s"] = results["elapsed_time"]
+    r["node_s"] = kinds
+    r["nodes"] = counts
+    r["slowest"] = [[n["unique_id"], n["execution_time"]] for n in slow]
+    return r
+
+
+def fresh_section(compute: dict | None, builds: list[dict], info: dict) -> list[str]:
+    """Markdown: the compute and the two builds timed on the fresh copy."""
+    lines = ["", "## Compute and build on a fresh copy of the corpus", ""]
+    if compute:
+        lines.append(
+            f"`qkwh compute --force` ({info['heads']:,} heads, every one again, the corpus's "
+            f"parameters): {compute['wall_s']:.1f} s wall, {compute['cpu_s']:.1f} s CPU, "
+            f"**{compute['heads_per_s']:.1f} heads/s**, other load {compute['other_cores']:.1f} "
+            "cores."
+        )
+        lines.append("")
+    if builds:
+        lines += [
+            "| `qkwh build` | wall s | CPU s | other load, cores | parse | parse s | dbt run s "
+            "| node s: models / data tests / unit tests / seeds |",
+            "|---|---:|---:|---:|---|---:|---:|---|",
+        ]
+        for name, b in zip(("first (copied warehouse)", "again"), builds):
+            k = b["node_s"]
+            parse_s = f"{b['parse_s']:.1f}" if b["parse_s"] is not None else "?"
+            lines.append(
+                f"| {name} | {b['wall_s']:.1f} | {b['cpu_s']:.1f} | {b['other_cores']:.1f} | "
+                f"{b['parse']} | {parse_s} | {b['dbt_elapsed_s']:.1f} | "
+                + " / ".join(f"{k.get(x, 0.0):.1f}" for x in ("model", "test", "unit_test", "seed"))
+                + " |"
+            )
+        lines += [
+            "",
+            "The first build of a copied warehouse parses the dbt project from scratch (dbt's saved "
+            "parse is tied to the warehouse path); the second reuses it, as every later build of "
+            "one warehouse does. Node seconds are summed over dbt's threads. Slowest nodes of the "
+            "first build: "
+            + ", ".join(f"{u.split('.', 2)[-1]} {t:.1f} s" for u, t in builds[0]["slowest"])
+            + ".",
+        ]
+    return lines
+
+
+def fresh_targets(builds: list[dict], best: dict) -> list[str]:
+    lines = []
+    if builds:
+        w = builds[0]["wall_s"]
+        lines.append(
+            f"- first `qkwh build` of the corpus {w:.1f} s (target <= {BUILD_TARGET_S:g} s): "
+            f"{_verdict(w <= BUILD_TARGET_S)}; again {builds[-1]['wall_s']:.1f} s"
+        )
+    mb = best["bytes"] / 1e6
+    lines.append(
+        f"- report folder {mb:.1f} MB (target <= {FOLDER_TARGET_MB:g} MB): "
+        f"{_verdict(mb <= FOLDER_TARGET_MB)}"
+    )
+    return lines
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+# ---------------------------------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------------------------------
 
@@ -242,7 +410,7 @@ def time_report(db: Path, out: Path, static: bool) -> dict:
     cmd = [sys.executable, "-m", "qkwh.cli", "report", "-w", str(db), "-o", str(out)] + (
         ["--static"] if static else []
     )
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = _env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent)
@@ -318,6 +486,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.prepare_only:
         return 0
     load0 = loadavg()
+    compute = None
+    builds: list[dict] = []
+    if not (a.no_compute and a.no_build):
+        db = fresh_copy(db, a.out / "corpus-copy")
+        if not a.no_compute:
+            _log(f"timing qkwh compute --force on a copy ({info['heads']} heads) ...")
+            compute = time_compute(db, info["heads"], a)
+            _log(f"compute: {compute['wall_s']:.1f} s, {compute['heads_per_s']:.1f} heads/s")
+        if not a.no_build:
+            for i in range(2):
+                b = time_build(db)
+                _log(
+                    f"build {i + 1}: {b['wall_s']:.1f} s wall, {b['cpu_s']:.1f} s CPU, "
+                    f"{b['parse']} parse"
+                )
+                builds.append(b)
     runs = []
     for i in range(max(1, a.repeat)):
         b0 = _busy()
@@ -350,13 +534,25 @@ def main(argv: list[str] | None = None) -> int:
             f"report --static: {static['wall_s']:.1f} s wall, {static['files']} files, {_mb(static['bytes'])} MB"
         )
     text = corpus_report(
-        machine(), info, best, [r["wall_s"] for r in runs], static, started, (load0, loadavg())
+        machine(),
+        info,
+        best,
+        [r["wall_s"] for r in runs],
+        static,
+        started,
+        (load0, loadavg()),
+        index_target_mb=INDEX_TARGET_MB,
+        wall_target_s=REPORT_TARGET_S,
     )
+    text += "\n".join(fresh_targets(builds, best) + fresh_section(compute, builds, info)) + "\n"
     print(text)
     a.md.parent.mkdir(parents=True, exist_ok=True)
     a.md.write_text(text)
     (a.out / "corpus-last.json").write_text(
-        json.dumps({"info": info, "runs": runs, "static": static}, indent=1)
+        json.dumps(
+            {"info": info, "compute": compute, "builds": builds, "runs": runs, "static": static},
+            indent=1,
+        )
     )
     return 0
 

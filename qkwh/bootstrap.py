@@ -128,7 +128,8 @@ def two_stage_bootstrap_r(
     xs = reps[pick, which]
     ys = np.asarray(y, np.float64)[pick]
     # a draw that repeats fewer than min_n distinct models is degenerate
-    distinct = np.array([len(np.unique(row)) for row in pick])
+    ordered = np.sort(pick, axis=1)
+    distinct = 1 + np.count_nonzero(np.diff(ordered, axis=1), axis=1)
     out = weighted_pearson(xs, ys, np.ones((n_boot, n)), min_n=min_n, if_constant=math.nan)
     out[distinct < min_n] = np.nan
     return out

@@ -86,12 +86,12 @@
                 {{ k }},
                 {%- endfor %}
                 {%- for c in carry %}
-                max({{ value }}) filter (where metric = '{{ c }}') as {{ c }},
+                max(case when metric = '{{ c }}' then {{ value }} end) as {{ c }},
                 {%- endfor %}
                 {%- for e in plasticity_estimators() %}
-                max({{ value }}) filter (where metric = 'ap_overall{{ e.suffix }}') as ap_overall{{ e.suffix }},
+                max(case when metric = 'ap_overall{{ e.suffix }}' then {{ value }} end) as ap_overall{{ e.suffix }},
                 {%- for k in range(10) %}
-                max({{ value }}) filter (where metric = 'decile_{{ k }}{{ e.suffix }}') as decile_{{ k }}{{ e.suffix }}{{ ',' if not (loop.last and e.suffix) }}
+                max(case when metric = 'decile_{{ k }}{{ e.suffix }}' then {{ value }} end) as decile_{{ k }}{{ e.suffix }}{{ ',' if not (loop.last and e.suffix) }}
                 {%- endfor %}
                 {%- endfor %}
             from {{ relation }}

@@ -100,7 +100,7 @@
 #}
 {% macro point_columns(metrics, alias='r') -%}
     {%- for m in metrics %}
-    max({{ alias }}.value) filter (where {{ alias }}.metric = '{{ m }}') as {{ m }}{{ ',' if not loop.last }}
+    max(case when {{ alias }}.metric = '{{ m }}' then {{ alias }}.value end) as {{ m }}{{ ',' if not loop.last }}
     {%- endfor %}
 {%- endmacro %}
 

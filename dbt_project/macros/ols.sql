@@ -6,11 +6,12 @@
   constant, by the rule of qkwh/analyses/correlation.py: a variance counts as zero when it is
   <= (1e-12)^2 x the mean square of the raw values.
   A group's lists must hold finite values only.
+  XM and YM name columns that hold the means (select items of macro ols_means over the same
+  lists, in a relation before): a mean written inside a lambda would be recomputed for every
+  element of the list, which makes the line quadratic in the group's size.
 #}
-{% macro ols_line(xs, ys, prefix='') -%}
+{% macro ols_line(xs, ys, prefix='', xm='ols_x_mean', ym='ols_y_mean') -%}
     {%- set n = 'len(' ~ xs ~ ')' -%}
-    {%- set xm = '(list_sum(' ~ xs ~ ') / ' ~ n ~ ')' -%}
-    {%- set ym = '(list_sum(' ~ ys ~ ') / ' ~ n ~ ')' -%}
     {%- set dx = 'list_transform(' ~ xs ~ ', lambda v: v - ' ~ xm ~ ')' -%}
     {%- set dy = 'list_transform(' ~ ys ~ ', lambda v: v - ' ~ ym ~ ')' -%}
     {%- set sxx = 'list_dot_product(' ~ dx ~ ', ' ~ dx ~ ')' -%}
@@ -25,4 +26,13 @@
     list_max({{ xs }}) as {{ prefix }}x_max,
     case when {{ ok }} then {{ intercept }} + {{ slope }} * list_min({{ xs }}) end as {{ prefix }}y_at_x_min,
     case when {{ ok }} then {{ intercept }} + {{ slope }} * list_max({{ xs }}) end as {{ prefix }}y_at_x_max
+{%- endmacro %}
+
+{#
+  The means of lists XS and YS as select items ols_x_mean and ols_y_mean (the columns
+  ols_line reads): list_sum / len, the expression ols_line used inline before.
+#}
+{% macro ols_means(xs, ys) -%}
+    (list_sum({{ xs }}) / len({{ xs }})) as ols_x_mean,
+    (list_sum({{ ys }}) / len({{ xs }})) as ols_y_mean
 {%- endmacro %}

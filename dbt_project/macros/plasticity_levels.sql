@@ -124,7 +124,7 @@ pivoted as (
     select
         model_id, layer, q_head{{ key_list(keys) }}, estimator,
         {%- for k in range(10) %}
-        max(ap) filter (where decile = {{ k }}) as decile_{{ k }}{{ ',' if not loop.last }}
+        max(case when decile = {{ k }} then ap end) as decile_{{ k }}{{ ',' if not loop.last }}
         {%- endfor %}
     from deciles
     group by model_id, layer, q_head{{ key_list(keys) }}, estimator

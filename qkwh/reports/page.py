@@ -4,8 +4,10 @@
 with per-model figures has its own page.  Each figure's Vega-Lite spec is inlined once, in the
 page that shows it, as ``<script type="application/json" class="vl-spec">`` with ``<``, ``>``
 and ``&`` written as JSON escapes (:func:`qkwh.reports.specs.inline_json`), so no label or
-dataset name can end the script or open a comment.  Every other text and attribute is
-escaped by the templates.  :func:`read_specs` reads the specs back from a report folder.
+dataset name can end the script or open a comment; its datasets are stored by column
+(:func:`qkwh.reports.specs.pack_datasets`) and turned back into rows by the page's script.
+Every other text and attribute is escaped by the templates.  :func:`read_specs` reads the
+specs back from a report folder, as Vega-Lite specs.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import datetime as _dt
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -27,7 +29,7 @@ from qkwh import __version__
 from qkwh.reports.base import ModelInfo, slug
 from qkwh.reports.catalogue import sections
 from qkwh.reports.result import RenderedFigure, SkippedFigure
-from qkwh.reports.specs import VL_VERSION, inline_json
+from qkwh.reports.specs import VL_VERSION, inline_json, pack_datasets, unpack_datasets
 from qkwh.reports.static import VENDOR_JS
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -96,20 +98,29 @@ def skip_groups(skipped: Sequence[SkippedFigure]) -> list[_Group]:
     return list(groups.values())
 
 
-def _figure(f: RenderedFigure, page: Path) -> dict[str, Any]:
+def packed_spec(spec: str) -> str:
+    """The text a page holds for a figure's spec (JSON text): its datasets by column
+    (:func:`qkwh.reports.specs.pack_datasets`)."""
+    return json.dumps(pack_datasets(json.loads(spec)), separators=(",", ":"))
+
+
+def _figure(f: RenderedFigure, page: Path, packed: Mapping[str, str]) -> dict[str, Any]:
     links = [(text, href(p, page)) for text, p in (("PNG", f.png), ("SVG", f.svg)) if p]
     return {
         "id": f.id,
         "title": f.title,
         "caption": f.caption,
-        "spec": f.spec,
+        "spec": packed[f.id] if f.id in packed else packed_spec(f.spec),
         "sources": f.sources,
         "links": links,
     }
 
 
 def _sections(
-    figures: Sequence[RenderedFigure], skipped: Sequence[SkippedFigure], page: Path
+    figures: Sequence[RenderedFigure],
+    skipped: Sequence[SkippedFigure],
+    page: Path,
+    packed: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     out = []
     for name in sections():
@@ -121,7 +132,7 @@ def _sections(
                     "name": name,
                     "slug": slug(name),
                     "skips": skip_groups(skips),
-                    "figures": [_figure(f, page) for f in figs],
+                    "figures": [_figure(f, page, packed) for f in figs],
                 }
             )
     return out
@@ -143,12 +154,16 @@ def index_html(
     figures: Sequence[RenderedFigure],
     skipped: Sequence[SkippedFigure],
     pages: dict[str | None, Path],
+    packed: Mapping[str, str] | None = None,
 ) -> str:
+    """index.html.  ``packed``: the page text of figures' specs by figure id (:func:`packed_spec`;
+    made here for the figures it lacks)."""
+    packed = packed or {}
     page = pages[None]
     ids = [i.model_id for i in head.infos]
     cross = [f for f in figures if f.model_id is None]
     per_model = [f for f in figures if f.model_id is not None]
-    section_list = _sections(cross, [s for s in skipped if s.model_id is None], page)
+    section_list = _sections(cross, [s for s in skipped if s.model_id is None], page, packed)
     nav = [(s["name"], f"#section-{s['slug']}") for s in section_list if s["figures"]]
     nav += [("models", "#models"), ("figure index", "#figure-index")]
     keys = list(dict.fromkeys(f.key for f in per_model))
@@ -224,7 +239,10 @@ def model_html(
     figures: Sequence[RenderedFigure],
     skipped: Sequence[SkippedFigure],
     pages: dict[str | None, Path],
+    packed: Mapping[str, str] | None = None,
 ) -> str:
+    """A model's page (``packed`` as in :func:`index_html`)."""
+    packed = packed or {}
     page = pages[info.model_id]
     index = pages[None]
     mine = [f for f in figures if f.model_id == info.model_id]
@@ -249,7 +267,7 @@ def model_html(
             nav=nav,
             jump=_jump(head, pages, page, info.model_id),
             any_figure=bool(mine),
-            section_list=_sections(mine, skips, page),
+            section_list=_sections(mine, skips, page, packed),
             vendor_href=href(index.parent / VENDOR_JS, page),
         )
     )
@@ -285,5 +303,5 @@ def read_specs(folder: str | Path) -> dict[str, dict[str, Any]]:
         if page.is_file():
             reader = _SpecReader()
             reader.feed(page.read_text(encoding="utf-8"))
-            specs.update({k: json.loads(v) for k, v in reader.specs.items()})
+            specs.update({k: unpack_datasets(json.loads(v)) for k, v in reader.specs.items()})
     return specs

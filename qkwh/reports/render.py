@@ -54,7 +54,7 @@ from qkwh.reports.base import (
 )
 from qkwh.reports.page import Head, index_html, model_html
 from qkwh.reports.result import RenderedFigure, ReportResult, SkippedFigure
-from qkwh.reports.specs import spec_of
+from qkwh.reports.specs import pack_datasets, spec_of
 from qkwh.reports.static import VENDOR_JS, js_bundle, write_static
 
 __all__ = ["DEFAULT_OUT", "RenderedFigure", "ReportResult", "SkippedFigure", "render"]
@@ -123,15 +123,20 @@ def render(
     pages = _pages(infos, built, skipped, out_dir, names)
     with _staged(out_dir) as tmp:
         rendered = _write(tmp, out_dir, built, skipped, formats, scale, strict, pages)
+        # each spec as its page stores it (datasets by column), from the dicts at hand
+        packed = {
+            fid: json.dumps(pack_datasets(spec), separators=(",", ":"))
+            for _, fid, _, spec, _ in built
+        }
         head = Head(infos, wh)
-        _put(tmp, out_dir, pages[None], index_html(head, rendered, skipped, pages))
+        _put(tmp, out_dir, pages[None], index_html(head, rendered, skipped, pages, packed))
         for info in infos:
             if info.model_id in pages:
                 _put(
                     tmp,
                     out_dir,
                     pages[info.model_id],
-                    model_html(head, info, rendered, skipped, pages),
+                    model_html(head, info, rendered, skipped, pages, packed),
                 )
         index_json = _index_json(rendered, skipped, selected, wh, out_dir, pages)
         _put(tmp, out_dir, out_dir / FIGURE_INDEX, json.dumps(index_json, indent=2))

@@ -1,5 +1,6 @@
 """A figure's Vega-Lite spec: the chart's dict with the report's look, pruned of the data columns it
-never names, validated against the Vega-Lite schema; and its inline form in a page."""
+never names, validated against the Vega-Lite schema; and its inline form in a page (its datasets
+stored by column, :func:`pack_datasets`, unpacked again by the page's script before drawing)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,62 @@ def inline_json(text: str) -> str:
     ``\\u003c``, ``\\u003e`` and ``\\u0026`` (the same JSON value), so no label or dataset
     name can close the ``<script>`` holding it, open a comment (``<!--``) or start an entity."""
     return text.translate(_INLINE)
+
+
+#: the key that marks a dataset stored by column in a page (never a Vega-Lite dataset: those are
+#: lists of rows)
+PACKED = "qkwh.columns"
+
+
+def _pack_rows(rows: Any) -> Any:
+    """A dataset's rows stored by column, or the rows as they are when they do not all have the
+    same fields in the same order.  A column of strings (and nulls) with at most half as many
+    distinct values as rows is stored as its distinct values (``levels``) and one index per row
+    (``codes``)."""
+    if not isinstance(rows, list) or not rows or not all(type(r) is dict for r in rows):
+        return rows
+    fields = list(rows[0])
+    if "__proto__" in fields or any(list(r) != fields for r in rows):
+        return rows
+    columns: list[Any] = []
+    for name in fields:
+        col = [r[name] for r in rows]
+        if all(v is None or type(v) is str for v in col):
+            levels = list(dict.fromkeys(col))
+            if 2 * len(levels) <= len(col):
+                at = {v: i for i, v in enumerate(levels)}
+                columns.append({"levels": levels, "codes": [at[v] for v in col]})
+                continue
+        columns.append(col)
+    return {PACKED: fields, "rows": len(rows), "values": columns}
+
+
+def _unpack_rows(data: Any) -> Any:
+    if not (isinstance(data, dict) and isinstance(data.get(PACKED), list)):
+        return data
+    cols = [
+        [c["levels"][i] for i in c["codes"]] if isinstance(c, dict) else c for c in data["values"]
+    ]
+    fields = data[PACKED]
+    return [{f: col[i] for f, col in zip(fields, cols)} for i in range(data["rows"])]
+
+
+def pack_datasets(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as a page stores it: each dataset of ``datasets`` by column rather than as rows
+    (a row repeats every field name; at 23 models that was two thirds of the report folder).
+    The page's script (templates/report.js) turns them back into rows before Vega-Lite sees the
+    spec, so every figure is drawn from exactly the spec :func:`spec_of` made;
+    :func:`unpack_datasets` is the inverse.  ``spec`` is not changed."""
+    datasets = spec.get("datasets")
+    if not datasets:
+        return spec
+    return {**spec, "datasets": {name: _pack_rows(rows) for name, rows in datasets.items()}}
+
+
+def unpack_datasets(spec: dict[str, Any]) -> dict[str, Any]:
+    """The Vega-Lite spec of a spec stored with :func:`pack_datasets` (a spec without packed
+    datasets is returned as it is)."""
+    datasets = spec.get("datasets")
+    if not isinstance(datasets, dict):
+        return spec
+    return {**spec, "datasets": {name: _unpack_rows(d) for name, d in datasets.items()}}

@@ -12,6 +12,7 @@ and a rerun with the same seed gives identical draws.  Models with fewer than mi
 get replicate 0 only (no interval).
 """
 
+import numpy as np
 import pyarrow as pa
 
 from qkwh.bootstrap import draw_layers, stream
@@ -35,14 +36,19 @@ def model(dbt, session):
         b = n_boot if n >= min_layers else 0
         m = draw_layers(n, b, stream(seed, row["model_id"]))
         ids += [row["model_id"]] * (b + 1)
-        reps += list(range(b + 1))
-        n_lay += [n] * (b + 1)
-        mults += m.tolist()
+        reps.append(np.arange(b + 1, dtype=np.int32))
+        n_lay.append(np.full(b + 1, n, dtype=np.int32))
+        mults.append(m.ravel())
+    # the multiplicity lists straight from the arrays: one list of n_layers values per row
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(n_lay))]) if n_lay else np.zeros(1)
+    values = np.concatenate(mults) if mults else np.zeros(0)
     return pa.table(
         {
             "model_id": pa.array(ids, pa.string()),
-            "replicate": pa.array(reps, pa.int32()),
-            "n_layers": pa.array(n_lay, pa.int32()),
-            "multiplicity": pa.array(mults, pa.list_(pa.float64())),
+            "replicate": pa.array(np.concatenate(reps) if reps else [], pa.int32()),
+            "n_layers": pa.array(np.concatenate(n_lay) if n_lay else [], pa.int32()),
+            "multiplicity": pa.ListArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(values, pa.float64())
+            ),
         }
     )

@@ -98,8 +98,8 @@ scalar_wide as (
         q_head,
         doc_group,
         {%- set items = [] %}
-        {%- for c in raw %}{% do items.append("max(value) filter (where metric = '" ~ c ~ "') as \"" ~ c ~ "\"") %}{% endfor %}
-        {%- for c in absolute %}{% do items.append("abs(max(value) filter (where metric = '" ~ c ~ "')) as \"abs_" ~ c ~ "\"") %}{% endfor %}
+        {%- for c in raw %}{% do items.append("max(case when metric = '" ~ c ~ "' then value end) as \"" ~ c ~ "\"") %}{% endfor %}
+        {%- for c in absolute %}{% do items.append("abs(max(case when metric = '" ~ c ~ "' then value end)) as \"abs_" ~ c ~ "\"") %}{% endfor %}
         {%- for item in items %}
         {{ item }}{{ ',' if not loop.last }}
         {%- endfor %}

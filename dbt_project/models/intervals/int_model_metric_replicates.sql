@@ -76,7 +76,7 @@ base as (
         d.replicate,
         s.metric,
         list_median(flatten(list_transform(s.valss, lambda v, i:
-            flatten(list_transform(range(cast(d.multiplicity[i] as bigint)), lambda r: v))))) as value
+            repeat(v, cast(d.multiplicity[i] as bigint))))) as value
     from draws as d
     join model_stats as s on s.model_id = d.model_id and s.agg = 'median'
 
@@ -110,7 +110,7 @@ rope_wide as (
         k.variant,
         k.estimator,
         {%- for k in range(10) %}
-        max(b.value) filter (where k.base = 'decile_{{ k }}') as decile_{{ k }}{{ ',' if not loop.last }}
+        max(case when k.base = 'decile_{{ k }}' then b.value end) as decile_{{ k }}{{ ',' if not loop.last }}
         {%- endfor %}
     from base as b
     join rope_catalogue as k using (metric)

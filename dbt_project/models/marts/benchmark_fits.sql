@@ -19,6 +19,11 @@ groups as (
         list(score order by model_id) as ys
     from obs
     group by benchmark, mode, length_scope, context_length_tokens, metric
+),
+
+centred as (
+    select *, {{ ols_means('xs', 'ys') }}
+    from groups
 )
 
 select
@@ -28,6 +33,6 @@ select
     context_length_tokens,
     metric,
     {{ ols_line('xs', 'ys') }}
-from groups
+from centred
 -- a stable row order for readers that select without ORDER BY
 order by benchmark, mode, length_scope, context_length_tokens, metric

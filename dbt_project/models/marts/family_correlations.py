@@ -84,11 +84,17 @@ def model(dbt, session):
             boot = None
             note = None
             if sub and len(fixed) < len(models):
+                # each head's column: its model's multiplicities of its layer (a model without
+                # draws stays at 1); the columns of one model are gathered at once
                 w = np.ones((n_boot, len(sub)))
+                cols: dict[str, tuple[list[int], list[int]]] = {}
                 for i, h in enumerate(sub):
-                    m = draws.get(h["model_id"])
-                    if m is not None:
-                        w[:, i] = m[:n_boot, clusters[(h["model_id"], h["layer"])]]
+                    if h["model_id"] in draws:
+                        at, layer = cols.setdefault(h["model_id"], ([], []))
+                        at.append(i)
+                        layer.append(clusters[(h["model_id"], h["layer"])])
+                for mid, (at, layer) in cols.items():
+                    w[:, at] = draws[mid][:n_boot][:, layer]
                 with threadpool_limits(1):
                     boot = weighted_pearson(x, y, w, min_n=min_n, if_constant=math.nan)
             if fixed and len(fixed) == len(models):

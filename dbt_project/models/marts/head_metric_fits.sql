@@ -47,6 +47,11 @@ groups as (
         list(y order by model_id, layer, q_head) as ys
     from scoped
     group by response, predictor, scope_kind, scope
+),
+
+centred as (
+    select *, {{ ols_means('xs', 'ys') }}
+    from groups
 )
 
 select
@@ -56,6 +61,6 @@ select
     scope,
     family,
     {{ ols_line('xs', 'ys') }}
-from groups
+from centred
 -- a stable row order for readers that select without ORDER BY
 order by response, predictor, scope_kind, scope

@@ -45,7 +45,7 @@ pl as (
         model_id, layer, q_head
         {%- for e in plasticity_estimators() %}
         {%- for c in profile %},
-        max({{ c }}) filter (where estimator = '{{ e.name }}') as {{ c }}{{ e.suffix }}
+        max(case when estimator = '{{ e.name }}' then {{ c }} end) as {{ c }}{{ e.suffix }}
         {%- endfor %}
         {%- endfor %}
     from {{ ref('int_head_plasticity') }}

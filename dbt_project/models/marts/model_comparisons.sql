@@ -51,16 +51,19 @@ diffs as (
 ),
 
 boot as (
-    select
-        metric,
-        model_a,
-        model_b,
-        quantile_cont(diff, {{ 0.5 - level / 2 }}) as ci_low,
-        quantile_cont(diff, {{ 0.5 + level / 2 }}) as ci_high,
-        list_aggregate(list(diff order by replicate), 'stddev_samp') as se,
-        count(diff) as n_boot_valid
-    from diffs
-    group by metric, model_a, model_b
+    -- both percentiles from one quantile_cont call (one pass over the replicates, same values)
+    select metric, model_a, model_b, q[1] as ci_low, q[2] as ci_high, se, n_boot_valid
+    from (
+        select
+            metric,
+            model_a,
+            model_b,
+            quantile_cont(diff, [{{ 0.5 - level / 2 }}, {{ 0.5 + level / 2 }}]) as q,
+            list_aggregate(list(diff order by replicate), 'stddev_samp') as se,
+            count(diff) as n_boot_valid
+        from diffs
+        group by metric, model_a, model_b
+    )
 ),
 
 shown as (

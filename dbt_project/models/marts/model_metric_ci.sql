@@ -62,17 +62,20 @@ point as (
 ),
 
 boot as (
-    select
-        model_id,
-        metric,
-        quantile_cont(value, {{ 0.5 - level / 2 }}) as q_low,
-        quantile_cont(value, {{ 0.5 + level / 2 }}) as q_high,
-        list_aggregate(list(value order by replicate), 'stddev_samp') as sd,
-        count(value) as n_boot_valid,
-        count(*) as n_boot_drawn
-    from reps
-    where replicate > 0
-    group by model_id, metric
+    -- both percentiles from one quantile_cont call (one pass over the replicates, same values)
+    select model_id, metric, q[1] as q_low, q[2] as q_high, sd, n_boot_valid, n_boot_drawn
+    from (
+        select
+            model_id,
+            metric,
+            quantile_cont(value, [{{ 0.5 - level / 2 }}, {{ 0.5 + level / 2 }}]) as q,
+            list_aggregate(list(value order by replicate), 'stddev_samp') as sd,
+            count(value) as n_boot_valid,
+            count(*) as n_boot_drawn
+        from reps
+        where replicate > 0
+        group by model_id, metric
+    )
 ),
 
 models as (

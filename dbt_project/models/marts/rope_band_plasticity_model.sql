@@ -16,7 +16,7 @@ point as (
         k.variant,
         k.estimator,
         {%- for c in cols %}
-        max(r.value) filter (where k.base = '{{ c }}') as {{ c }}{{ ',' if not loop.last }}
+        max(case when k.base = '{{ c }}' then r.value end) as {{ c }}{{ ',' if not loop.last }}
         {%- endfor %}
     from {{ ref('int_model_metric_replicates') }} as r
     join catalogue as k using (metric)
@@ -31,8 +31,8 @@ ci as (
         k.variant,
         k.estimator,
         {%- for base in ['ap_overall', 'ap_drop'] %}
-        max(c.ci_low) filter (where k.base = '{{ base }}') as {{ base }}_ci_low,
-        max(c.ci_high) filter (where k.base = '{{ base }}') as {{ base }}_ci_high{{ ',' if not loop.last }}
+        max(case when k.base = '{{ base }}' then c.ci_low end) as {{ base }}_ci_low,
+        max(case when k.base = '{{ base }}' then c.ci_high end) as {{ base }}_ci_high{{ ',' if not loop.last }}
         {%- endfor %}
     from {{ ref('model_metric_ci') }} as c
     join catalogue as k using (metric)
