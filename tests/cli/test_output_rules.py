@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -249,7 +250,11 @@ def test_the_demo_names_the_qkwh_of_this_installation_when_path_does_not(tmp_pat
     command = steps[0].rsplit(" models", 1)[0]
     assert command != "qkwh", steps
     r = subprocess.run(
-        [*command.split(" "), "--version"], capture_output=True, text=True, timeout=120
+        # a shell command: the path is quoted when it holds a space
+        [*shlex.split(command), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0 and r.stdout.startswith("qkwh "), (command, r.stderr)
 
