@@ -3,7 +3,8 @@
 # keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/) and its report
 # in reports/demo/.  `make test` installs everything the tests need (the capture and ray extras).
 # `make lint` (ruff and mypy) and `make test-fast` (the suite without slow, bench and packaging
-# tests) are for development; .ci/run runs `make lint` and then `make test`.
+# tests: about 3 minutes on 2 cores) are for development; .ci/run runs `make lint` and then
+# `make test` (test-fast's tests, then the slow, bench and packaging ones: most of CI's half hour).
 PYTHON ?= python3.11
 # the CPU build of torch for the capture extra (on disk here); installed first so that nothing
 # pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
