@@ -3,7 +3,8 @@
 # keeps its warehouse in warehouse/demo.duckdb (dbt's files in warehouse/demo.dbt/) and its report
 # in reports/demo/.  `make test` installs everything the tests need (the capture and ray extras).
 # `make lint` (ruff and mypy) and `make test-fast` (the suite without slow, bench and packaging
-# tests) are for development; .ci/run runs `make lint` and then `make test`.
+# tests: about 3 minutes on 2 cores) are for development; .ci/run runs `make lint` and then
+# `make test` (test-fast's tests, then the slow, bench and packaging ones: most of CI's half hour).
 PYTHON ?= python3.11
 # the CPU build of torch for the capture extra (on disk here); installed first so that nothing
 # pulls a CUDA build.  Override elsewhere, e.g. TORCH='torch==2.13.0+cpu --index-url URL'.
@@ -40,11 +41,22 @@ demo: $(DEMO_STAMP)
 	$(BIN)/qkwh demo --warehouse warehouse/demo.duckdb
 	@echo "(run those commands in the venv: source $(VENV)/bin/activate first)"
 
+# The quick part of the suite runs in JOBS pytest-xdist workers (`make test-fast JOBS=4` on a larger
+# machine); tests that share a module- or session-scoped fixture (a dbt build, a computed
+# warehouse) stay in one worker, so each such fixture is built once (tests/conftest.py).  The slow,
+# bench and packaging tests (end-to-end runs, a Ray cluster, timing checks, virtualenvs) then run
+# one at a time, as before.  Bytecode is cached even where PYTHONDONTWRITEBYTECODE is set: every
+# worker, and every qkwh subprocess a test starts, would otherwise compile qkwh again.
+JOBS   ?= 2
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
+FAST   := -m "not slow and not bench and not packaging"
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -n $(JOBS) --dist loadgroup $(FAST)
+	$(PYTEST) -m "slow or bench or packaging"
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not bench and not packaging"
+	$(PYTEST) -n $(JOBS) --dist loadgroup $(FAST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

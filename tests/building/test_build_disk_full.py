@@ -9,6 +9,7 @@ is outside it, so it is DuckDB's writes that find the disk full.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,8 +69,10 @@ def test_disk_full_during_build_is_one_line_and_a_rerun_works(tmp_path: Path):
     work.mkdir()
     script = tmp_path / "full_disk_build.py"
     script.write_text(SCRIPT)
+    q = shlex.quote  # the paths may hold spaces
     shell = (
-        f"mount -t tmpfs -o size=64m tmpfs {disk} && exec {sys.executable} {script} {disk} {work}"
+        f"mount -t tmpfs -o size=64m tmpfs {q(str(disk))} && "
+        f"exec {q(sys.executable)} {q(str(script))} {q(str(disk))} {q(str(work))}"
     )
     r = subprocess.run(
         ["unshare", "-rm", "sh", "-c", shell],

@@ -27,16 +27,28 @@ from tests.conftest import snapshot, synth_args
 MODEL = "synth-c"
 
 
-@pytest.fixture
-def computed(tmp_path: Path) -> tuple[Path, Path]:
+def _computed(root: Path) -> tuple[Path, Path]:
     """(warehouse, data folder): one synthetic model, 4 heads, PCA computed."""
-    data, db = tmp_path / MODEL, tmp_path / "wh.duckdb"
+    data, db = root / MODEL, root / "wh.duckdb"
     ok(
         *synth_args(str(data), seed=4),
     )
     ok("ingest", str(data), "--model-id", MODEL, "-w", str(db))
     ok("compute", "-w", str(db), "-a", "pca", "-j", "1")
     return db, data
+
+
+@pytest.fixture
+def computed(tmp_path: Path) -> tuple[Path, Path]:
+    """:func:`_computed`, for a test that may change it."""
+    return _computed(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def computed_shared(tmp_path_factory) -> tuple[Path, Path]:
+    """:func:`_computed` once for the module, for tests that only read it (or check that they
+    left it unchanged)."""
+    return _computed(tmp_path_factory.mktemp("computed"))
 
 
 def _count(db: Path, sql: str) -> int:
@@ -125,8 +137,8 @@ def test_compute_force_says_what_it_replaces(computed):
 # ------------------------------------------------------------------------------------------
 
 
-def test_findings_of_an_unknown_model_is_not_found(computed):
-    db, _ = computed
+def test_findings_of_an_unknown_model_is_not_found(computed_shared):
+    db, _ = computed_shared
     r = cli("findings", "synth-x", "-w", str(db))
     assert r.exit_code == 4
     assert (
@@ -163,8 +175,8 @@ def test_version_prints_the_package_version():
     assert r.stdout.strip() == f"qkwh {qkwh.__version__}"
 
 
-def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
-    db, _ = computed
+def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed_shared):
+    db, _ = computed_shared
     query = "SELECT * FROM files ORDER BY layer, head, kind"
     n_cols = len(duckdb.connect(str(db), read_only=True).execute(query).description)
 
@@ -239,8 +251,8 @@ def test_sql_formats_give_every_row_and_the_table_says_what_it_cuts(computed):
         ("pca.sign_threshold=2", "pca.sign_threshold must be in [0, 1]; got 2.0"),
     ],
 )
-def test_out_of_range_parameters_are_refused(computed, param: str, message: str):
-    db, _ = computed
+def test_out_of_range_parameters_are_refused(computed_shared, param: str, message: str):
+    db, _ = computed_shared
     before = snapshot(db)
     r = cli("compute", "-w", str(db), "-j", "1", "-p", param)
     assert r.exit_code == 2
@@ -273,8 +285,8 @@ def test_boundary_values_are_accepted():
         RunConfig.from_dict({"rotation": {"max_pairs": 2.5}})
 
 
-def test_report_never_writes_into_a_folder_that_is_not_a_report(computed, tmp_path: Path):
-    db, _ = computed
+def test_report_never_writes_into_a_folder_that_is_not_a_report(computed_shared, tmp_path: Path):
+    db, _ = computed_shared
     folder = tmp_path / "notes"
     folder.mkdir()
     (folder / "index.html").write_text("my own page")

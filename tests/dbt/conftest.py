@@ -18,6 +18,7 @@ import synthetic_marts as sm
 
 from qkwh import store
 from qkwh.build import BuildResult, build
+from tests.conftest import without_unit_tests
 
 
 @dataclass
@@ -128,7 +129,8 @@ def ci_build(build_root: Path) -> Built:
         interval_data.fill_ci(con)
     finally:
         con.close()
-    res = build(wh, target_dir=build_root / "ci" / "target", log_sink=_quiet, dbt_vars=CI_VARS)
+    with without_unit_tests():
+        res = build(wh, target_dir=build_root / "ci" / "target", log_sink=_quiet, dbt_vars=CI_VARS)
     return Built(wh, res)
 
 
@@ -148,6 +150,7 @@ def simulation_build(build_root: Path) -> Built:
     # unselected marts that point at a selected staging view)
     mp = pytest.MonkeyPatch()
     mp.setenv("DBT_INDIRECT_SELECTION", "cautious")
+    mp.setenv("DBT_EXCLUDE_RESOURCE_TYPES", "unit_test")  # as without_unit_tests()
     try:
         res = build(
             wh,
