@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
@@ -157,6 +158,25 @@ def _ray_call(fn, item):
     return fn(item)
 
 
+def _check_local_interpreter() -> None:
+    """Refuse to start a local Ray cluster from a Python whose path holds whitespace.
+
+    Ray starts its worker processes from a command line it splits at spaces, so with such an
+    interpreter (a virtualenv under ``~/my projects/``, say) no worker ever starts and every
+    task waits forever.  Joining a running cluster (``--ray-address``) is not affected: its
+    workers use the cluster's own Python.
+    """
+    exe = sys.executable
+    if any(ch.isspace() for ch in exe):
+        from qkwh.errors import QkwhError
+
+        raise QkwhError(
+            f"cannot start a local Ray cluster from {exe!r}: Ray cannot start workers from a "
+            "Python whose path contains a space (use a virtualenv at a path without spaces, or "
+            "join a running cluster with --ray-address)"
+        )
+
+
 class RayExecutor:
     """Tasks on a Ray cluster: ``address`` ``"auto"`` (the cluster this machine belongs to),
     ``"ray://host:port"`` (Ray Client) or ``host:port``; None starts a private local Ray unless
@@ -191,6 +211,7 @@ class RayExecutor:
             )
             if not where:
                 options["include_dashboard"] = False
+                _check_local_interpreter()
             try:
                 ray.init(address=address, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:

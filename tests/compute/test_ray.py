@@ -45,6 +45,11 @@ N_HEADS = 8  # 2 layers x 4 query heads, 2 KV heads: 4 tasks of 2 heads
 def cluster():
     """The address of a head node and one worker node on this machine, 1 CPU each, kept by a
     process of their own until the module is done (closing its stdin shuts them down)."""
+    if any(ch.isspace() for ch in sys.executable):
+        pytest.skip(
+            f"this Python's path holds a space ({sys.executable!r}): Ray cannot start workers "
+            "from it (qkwh refuses such a local cluster, see the test below)"
+        )
     proc = subprocess.Popen(
         [sys.executable, str(PROCESSES), "cluster"],
         stdin=subprocess.PIPE,
@@ -246,3 +251,20 @@ def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path)
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in tmp_path.glob("end-*")) == ["end-0"]
+
+
+def test_a_local_cluster_from_a_python_path_with_a_space_is_refused(monkeypatch):
+    """Ray splits its worker command line at spaces: from such an interpreter no worker starts
+    and every task waits forever, so the executor refuses in one line before starting Ray."""
+    import ray
+
+    from qkwh.compute.executors import RayExecutor
+    from qkwh.errors import QkwhError
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(sys, "executable", "/home/me/my projects/.venv/bin/python")
+    with pytest.raises(QkwhError, match="path contains a space") as err:
+        RayExecutor()
+    assert "/home/me/my projects/.venv/bin/python" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not ray.is_initialized()
