@@ -5,7 +5,6 @@ document SE follows the planted per-document spread."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -133,7 +132,7 @@ def test_a_group_whose_removal_leaves_too_little_is_null_not_a_failed_head():
     # example 0 and two queries and two keys of example 1: without group 0, 2 rows are left
     keep_q[np.flatnonzero(head.q_example == 1)[:2]] = True
     keep_k[np.flatnonzero(head.k_example == 1)[:2]] = True
-    head = _drop_rows(head, keep_q, keep_k)
+    head = head.select(keep_q, keep_k)
     out = _tables(head, _config(groups=2))
     metrics = out["head_jackknife"]
     g0 = metrics["doc_group"] == 0
@@ -142,20 +141,6 @@ def test_a_group_whose_removal_leaves_too_little_is_null_not_a_failed_head():
     assert pca <= set(values) and all(values[m] is None for m in pca)
     g1 = metrics["doc_group"] == 1  # without group 1 the head is almost whole
     assert all(v is not None for v in metrics["value"][g1])
-
-
-def _drop_rows(head: HeadData, keep_q: np.ndarray, keep_k: np.ndarray) -> HeadData:
-    return dataclasses.replace(
-        head,
-        q=head.q[keep_q],
-        q_pos=head.q_pos[keep_q],
-        q_example=head.q_example[keep_q],
-        q_bucket=head.q_bucket[keep_q],
-        k=head.k[keep_k],
-        k_pos=head.k_pos[keep_k],
-        k_example=head.k_example[keep_k],
-        k_bucket=head.k_bucket[keep_k],
-    )
 
 
 def test_document_groups_below_two_are_refused():
