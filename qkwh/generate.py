@@ -97,8 +97,9 @@ def _num(v: float) -> str:
 
 def staging_yml(analysis: Analysis, table: Table) -> str:
     """The dbt properties of the staging model of ``table``: its description, the test of its key
-    (one parameter set per model, so the key without config_id), the model_id relationship, and
-    every column with its description, unit and declared tests (``range``, ``not_null``)."""
+    (one parameter set per model, so the key without config_id), the model_id relationship, every
+    column with its description and unit, and the columns' declared checks (``range``,
+    ``not_null``) in one ``column_checks`` test: one scan of the table, one dbt node."""
     doc = f" (docs/{analysis.doc})" if analysis.doc else ""
     grain = table.grain or "one row per head"
     key = ", ".join((*HEAD_KEY[:3], *table.key))
@@ -117,6 +118,7 @@ def staging_yml(analysis: Analysis, table: Table) -> str:
         "      - primary_key:",
         "          arguments:",
         f"            columns: [{key}]",
+        *_column_checks(table),
         "    columns:",
         "      - name: model_id",
         "        description: Model id; references stg_models.",
@@ -140,22 +142,31 @@ def staging_yml(analysis: Analysis, table: Table) -> str:
             f"      - name: {c.name}",
             f"        description: {_yaml_text(c.description + unit)}",
         ]
-        tests = []
-        if c.not_null:
-            tests.append("          - not_null")
-        if c.range is not None:
-            tests += [
-                "          - in_range:",
-                f"              arguments: {{min_value: {_num(c.range[0])}, "
-                f"max_value: {_num(c.range[1])}}}",
-            ]
-        if tests:
-            lines += ["        data_tests:", *tests]
     lines += [
         "      - name: config_id",
         "        description: The parameter set of the row (run_config.config_id).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _column_checks(table: Table) -> list[str]:
+    """The ``column_checks`` test of a staging model (its lines in the model's ``data_tests``):
+    the declared not-null columns and ranges; no lines when no column declares one."""
+    not_null = [c.name for c in table.columns if c.not_null]
+    ranged = [c for c in table.columns if c.range is not None]
+    if not (not_null or ranged):
+        return []
+    lines = ["      - column_checks:", "          arguments:"]
+    if not_null:
+        lines.append(f"            not_null: [{', '.join(not_null)}]")
+    if ranged:
+        lines.append("            in_range:")
+        lines += [
+            f"              {c.name}: [{_num(c.range[0])}, {_num(c.range[1])}]"
+            for c in ranged
+            if c.range is not None
+        ]
+    return lines
 
 
 def staging_models() -> dict[str, str]:
