@@ -1,7 +1,9 @@
 """Build the marts: run the dbt project in-process against one warehouse.
 
-``build()`` is ``qkwh build``: seeds, staging views, intermediate models, marts, every data test
-and every unit test (``dbt build``).  ``docs_generate()`` is ``qkwh docs``: the dbt docs site as a
+``build()`` is ``qkwh build``: seeds, staging views, intermediate models, marts and every data
+test (``dbt build``); dbt's unit tests, which check the models' logic on fixed rows and never read
+the warehouse, run only when asked (``unit_tests=True``, ``qkwh build --unit-tests``): the test
+suite runs them, a user's build need not.  ``docs_generate()`` is ``qkwh docs``: the dbt docs site as a
 single self-contained HTML file.
 
 The dbt project is read where :mod:`qkwh.paths` finds it (package data in an installed wheel,
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -80,8 +83,9 @@ def build(
     log_sink: LogSink | None = None,
     dbt_vars: dict[str, Any] | None = None,
     progress: ProgressCallback | None = None,
+    unit_tests: bool = False,
 ) -> BuildResult:
-    """Build the marts: run `dbt build` (seeds, models, data tests, unit tests) on the warehouse.
+    """Build the marts: run `dbt build` (seeds, models, data tests) on the warehouse.
 
     WAREHOUSE is the DuckDB file (the CLI resolves --warehouse, then $QKWH_WAREHOUSE, then
     ./qkwh.duckdb).  --select limits the run to a dbt selection (e.g. "+model_summary" or
@@ -94,6 +98,8 @@ def build(
     Raises WarehouseLockedError when another process holds the warehouse, NotFoundError when the
     file does not exist, and QkwhError naming the failing models/tests when anything fails.
     ``dbt_vars`` overrides project vars (e.g. ``{"n_boot": 200}``), as dbt's ``--vars``.
+    ``unit_tests`` adds dbt's unit tests (the models' logic on the fixed input rows of their
+    ``.yml``; they read nothing from the warehouse, so they say nothing about its data).
 
     ``progress`` is called with a :class:`BuildProgress` as dbt plans, starts and finishes each
     node (from dbt's structured events); dbt's text lines then go to its log file only, unless
@@ -114,6 +120,8 @@ def build(
         args.append("--full-refresh")
     if threads:
         args += ["--threads", str(int(threads))]
+    if not unit_tests:
+        args += ["--exclude-resource-type", "unit_test"]
     _refuse_during_compute(warehouse)
     build_id = _start_build(warehouse)
     stale = None
@@ -127,8 +135,47 @@ def build(
     if stale:
         result = dataclasses.replace(result, stale=stale)
     if not result.success:
-        raise _failure_error(result)
+        raise _failure_error(_name_failed_checks(warehouse, result))
     return result
+
+
+def _excluded_resource_types(command_args: list[str]) -> set[str]:
+    """The resource types a dbt command line excludes (``--exclude-resource-type T``, or
+    ``$DBT_EXCLUDE_RESOURCE_TYPES`` when the line names none)."""
+    named = [
+        command_args[i + 1]
+        for i, a in enumerate(command_args[:-1])
+        if a in ("--exclude-resource-type", "--exclude-resource-types")
+    ]
+    if not named:
+        named = os.environ.get("DBT_EXCLUDE_RESOURCE_TYPES", "").split()
+    return set(named)
+
+
+def _name_failed_checks(warehouse: Path, result: BuildResult) -> BuildResult:
+    """The result with each failed ``column_checks`` test's ``detail``: its failing checks and how
+    many rows fail each (dbt reports only how many checks failed).  The warehouse is read
+    read-only, after dbt has let it go; a check that cannot be listed keeps dbt's count."""
+    failed = [n for n in result.nodes if n.check_sql]
+    if not failed:
+        return result
+    import duckdb
+
+    details: dict[str, str] = {}
+    try:
+        with duckdb.connect(str(warehouse), read_only=True) as con:
+            for n in failed:
+                rows = con.sql(n.check_sql or "").fetchall()
+                details[n.unique_id] = "; ".join(
+                    f"{check}: {rows_} row{'s' if rows_ != 1 else ''}" for check, rows_ in rows
+                )
+    except duckdb.Error as exc:  # held by another process again, or the SQL no longer runs
+        log.debug("could not list the failing column checks: %s", exc)
+    nodes = tuple(
+        dataclasses.replace(n, detail=details[n.unique_id]) if details.get(n.unique_id) else n
+        for n in result.nodes
+    )
+    return dataclasses.replace(result, nodes=nodes)
 
 
 def _refuse_during_compute(warehouse: Path) -> None:
@@ -283,7 +330,10 @@ def _run_dbt(
     work = target_path.parent if target_path else dbt_work_dir(warehouse)
     target_path = target_path or work / "target"
     log_path = work / "logs"
-    tracker = _Tracker(progress, target_path / "manifest.json", log_path / "dbt.log")
+    unit_tests = "unit_test" not in _excluded_resource_types(command_args)
+    tracker = _Tracker(
+        progress, target_path / "manifest.json", log_path / "dbt.log", unit_tests=unit_tests
+    )
     wait = store.lock_wait()
     deadline: float | None = None  # from the first time dbt finds the file held
     t0 = time.perf_counter()
@@ -341,7 +391,7 @@ def _invoke_dbt(
     from dbt.cli.main import dbtRunner  # heavy import: only when a build is asked for
 
     profiles_dir = _write_profiles(log_path.parent)
-    command = " ".join(a for a in command_args if not a.startswith("-"))
+    command = " ".join(itertools.takewhile(lambda a: not a.startswith("-"), command_args))
 
     args = [
         *command_args,
@@ -522,7 +572,9 @@ def _failure_error(result: BuildResult) -> QkwhError:
     else:
         described = []
         for n in failed[:6]:
-            if n.resource_type in ("test", "unit_test") and n.failures:
+            if n.detail:
+                what = n.detail
+            elif n.resource_type in ("test", "unit_test") and n.failures:
                 what = f"{n.failures} failing row{'s' if n.failures != 1 else ''}"
             else:
                 what = _cause(n.message or n.status)

@@ -28,6 +28,11 @@ class NodeResult:
     message: str | None
     seconds: float
     failures: int | None
+    #: for a failed ``column_checks`` test: the SQL that lists its failing checks (dbt's compiled
+    #: test), so that the build can name them; None otherwise
+    check_sql: str | None = field(default=None, repr=False, compare=False)
+    #: what failed, in words (a failed ``column_checks`` test: each failing check and its rows)
+    detail: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -166,9 +171,17 @@ class _Tracker:
     """Turns dbt's events into :class:`BuildProgress` calls (one at a time: dbt reports from
     its worker threads)."""
 
-    def __init__(self, callback: ProgressCallback | None, manifest: Path, log_file: Path):
+    def __init__(
+        self,
+        callback: ProgressCallback | None,
+        manifest: Path,
+        log_file: Path,
+        *,
+        unit_tests: bool = True,
+    ):
         self.callback = callback
         self.manifest = manifest
+        self.unit_tests = unit_tests  # False: the build excludes them (not planned, not counted)
         self.log_file = log_file
         self.lock = threading.Lock()
         self.total = 0
@@ -206,7 +219,9 @@ class _Tracker:
         with self.lock:
             if name == "ConcurrencyLine":
                 self.reset()
-                self.planned = _planned_kinds(self.manifest, int(event.data.node_count))
+                self.planned = _planned_kinds(
+                    self.manifest, int(event.data.node_count), unit_tests=self.unit_tests
+                )
                 self.total = sum(self.planned.values()) or int(event.data.node_count)
                 if not self.announced:
                     self.announced = True
@@ -258,10 +273,11 @@ def _node_from_event(info: Any, run_result: Any) -> NodeResult:
     )
 
 
-def _planned_kinds(manifest: Path, total: int) -> dict[str, int]:
+def _planned_kinds(manifest: Path, total: int, *, unit_tests: bool = True) -> dict[str, int]:
     """Nodes by kind that a full build runs, from the manifest dbt wrote when it parsed the
     project; empty when they do not add up to the ``total`` dbt selected (a ``--select``).
-    dbt's own count leaves the unit tests out, although `dbt build` runs them."""
+    dbt's own count leaves the unit tests out, although `dbt build` runs them (unless
+    ``unit_tests`` is False: the build excludes them)."""
     try:
         data = json.loads(manifest.read_text())
     except (OSError, ValueError):
@@ -272,7 +288,8 @@ def _planned_kinds(manifest: Path, total: int) -> dict[str, int]:
         materialized = (node.get("config") or {}).get("materialized")
         if kind in KIND_NAMES and materialized != "ephemeral":
             kinds[kind] += 1
-    kinds["unit_test"] += len(data.get("unit_tests", {}))
+    if unit_tests:
+        kinds["unit_test"] += len(data.get("unit_tests", {}))
     planned = {k: n for k, n in kinds.items() if n}
     n = sum(planned.values())
     return planned if total in (n, n - planned.get("unit_test", 0)) else {}
@@ -302,6 +319,8 @@ def _node_results(run_result: Any) -> tuple[NodeResult, ...]:
         if node is None:
             continue
         status = getattr(r.status, "value", str(r.status))
+        test = getattr(node, "test_metadata", None)
+        checks = getattr(test, "name", None) == "column_checks" and str(status).lower() == "fail"
         out.append(
             NodeResult(
                 unique_id=node.unique_id,
@@ -311,6 +330,7 @@ def _node_results(run_result: Any) -> tuple[NodeResult, ...]:
                 message=r.message,
                 seconds=float(r.execution_time or 0.0),
                 failures=r.failures,
+                check_sql=getattr(node, "compiled_code", None) if checks else None,
             )
         )
     return tuple(out)

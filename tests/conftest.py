@@ -16,8 +16,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault(_var, "1")
 
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,19 +41,6 @@ def shared_fixture() -> Path:
     if not SHARED_FIXTURE.is_dir():
         pytest.skip(SHARED_REASON)
     return SHARED_FIXTURE
-
-
-@contextmanager
-def without_unit_tests() -> Iterator[None]:
-    """dbt builds without its unit tests (DBT_EXCLUDE_RESOURCE_TYPES=unit_test), for warehouses
-    built as data for other tests.  A unit test reads only its own given rows, never the
-    warehouse: the empty and synthetic builds run every one of them."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DBT_EXCLUDE_RESOURCE_TYPES", "unit_test")
-    try:
-        yield
-    finally:
-        mp.undo()
 
 
 def snapshot(db: Path) -> dict[str, list[tuple]]:

@@ -21,21 +21,32 @@ def build(
         str | None, typer.Option("--select", "-s", help="dbt node selection (default: everything).")
     ] = None,
     warehouse: WarehouseOpt = None,
+    unit_tests: Annotated[
+        bool,
+        typer.Option(
+            "--unit-tests",
+            help="Also run dbt's unit tests (each model's logic on fixed rows; they read nothing "
+            "from the warehouse).",
+        ),
+    ] = False,
 ) -> None:
-    """Run `dbt build` on the warehouse (marts and all their tests).
+    """Run `dbt build` on the warehouse (marts and all their data tests).
 
-    Seeds, staging, intermediate and mart models, every dbt test and unit test.  Shows progress,
-    the nodes that fail or warn, and a summary; dbt's full log is kept in the warehouse's dbt
-    folder (<warehouse name>.dbt/logs/dbt.log, path printed).  Reports clearly when another
-    process holds the warehouse.  Ctrl-C stops it with one line and exit code 130.
+    Seeds, staging, intermediate and mart models, and every dbt data test on what they hold.
+    dbt's unit tests check the models' logic on fixed rows, not your data: --unit-tests runs
+    them too (the test suite always does).  Shows progress, the nodes that fail or warn (a
+    failing column check names the column and how many rows fail it), and a summary; dbt's full
+    log is kept in the warehouse's dbt folder (<warehouse name>.dbt/logs/dbt.log, path printed).
+    Reports clearly when another process holds the warehouse.  Ctrl-C stops it with one line and
+    exit code 130.
     """
     wh = existing_warehouse(warehouse)
-    result = run_build(wh, select=select)
+    result = run_build(wh, select=select, unit_tests=unit_tests)
     out.print(result.summary, highlight=False)
     out.print(f"full log: {result.log_path / 'dbt.log'}", highlight=False)
 
 
-def run_build(wh: Path, select: str | None = None):
+def run_build(wh: Path, select: str | None = None, unit_tests: bool = False):
     """``qkwh.build.build`` with its progress on stderr: one line when dbt has planned its nodes
     (how many of each kind), a progress bar on a terminal, and one line per node that fails,
     warns or is skipped, all from dbt's structured events (``progress=``, a callback receiving a
@@ -44,7 +55,7 @@ def run_build(wh: Path, select: str | None = None):
     from qkwh.build import build
 
     with dbt_progress() as on_progress:
-        return build(wh, select=select, progress=on_progress)
+        return build(wh, select=select, progress=on_progress, unit_tests=unit_tests)
 
 
 @contextlib.contextmanager

@@ -97,7 +97,7 @@ def held_build(tmp_path_factory):
             reader.release()
 
     try:
-        result = build(wh, progress=on_progress)
+        result = build(wh, progress=on_progress, unit_tests=True)
     finally:
         code = reader.close()
         mp.undo()

@@ -286,6 +286,8 @@ def test_build_names_its_log_once_and_counts_what_it_builds(built):
     done = sum(int(n) for kind, n in re.findall(r"(\w+) \w+=(\d+)", summary) if kind != "operation")
     planned = re.search(r"dbt: building (\d+) nodes", r.stderr)
     assert planned is None or int(planned.group(1)) == done, (r.stderr, summary)
+    # dbt's unit tests run only with --unit-tests: neither planned nor run here
+    assert "unit test" not in r.stderr and "unit_test" not in summary, (r.stderr, summary)
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ import synthetic_marts as sm
 
 from qkwh import store
 from qkwh.build import BuildResult, build
-from tests.conftest import without_unit_tests
 
 
 @dataclass
@@ -65,14 +64,16 @@ def build_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def empty_build(build_root: Path) -> Built:
     wh = _new_warehouse(build_root / "empty" / "qkwh.duckdb", [])
-    res = build(wh, target_dir=build_root / "empty" / "target", log_sink=_quiet)
+    res = build(wh, target_dir=build_root / "empty" / "target", log_sink=_quiet, unit_tests=True)
     return Built(wh, res)
 
 
 @pytest.fixture(scope="session")
 def synthetic_build(build_root: Path) -> Built:
     wh = _new_warehouse(build_root / "synthetic" / "qkwh.duckdb", sm.BASE_MODELS)
-    res = build(wh, target_dir=build_root / "synthetic" / "target", log_sink=_quiet)
+    res = build(
+        wh, target_dir=build_root / "synthetic" / "target", log_sink=_quiet, unit_tests=True
+    )
     return Built(wh, res)
 
 
@@ -129,8 +130,7 @@ def ci_build(build_root: Path) -> Built:
         interval_data.fill_ci(con)
     finally:
         con.close()
-    with without_unit_tests():
-        res = build(wh, target_dir=build_root / "ci" / "target", log_sink=_quiet, dbt_vars=CI_VARS)
+    res = build(wh, target_dir=build_root / "ci" / "target", log_sink=_quiet, dbt_vars=CI_VARS)
     return Built(wh, res)
 
 
@@ -150,7 +150,6 @@ def simulation_build(build_root: Path) -> Built:
     # unselected marts that point at a selected staging view)
     mp = pytest.MonkeyPatch()
     mp.setenv("DBT_INDIRECT_SELECTION", "cautious")
-    mp.setenv("DBT_EXCLUDE_RESOURCE_TYPES", "unit_test")  # as without_unit_tests()
     try:
         res = build(
             wh,

@@ -179,7 +179,9 @@ def test_build_of_a_missing_warehouse_is_not_found(tmp_path):
 
 @pytest.mark.slow  # a build of its own
 def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
-    """Component weights of a head that no longer sum to 1 fail the invariant test, by name."""
+    """Component weights of a head that no longer sum to 1 fail the invariant test, by name;
+    bucket APs above 1 fail the staging view's column checks, which name the column, the check
+    and the rows that fail it."""
     wh = tmp_path / "corrupt.duckdb"
     shutil.copy(synthetic_build.warehouse, wh)
     con = duckdb.connect(str(wh))
@@ -187,18 +189,27 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
         "UPDATE plasticity_components SET component_weight = component_weight + 0.01 "
         "WHERE model_id = 'qwen3-4b' AND layer = 0 AND q_head = 0 AND component = 3"
     )
+    con.execute(
+        "UPDATE plasticity_buckets SET ap_bucket = 1.5 WHERE model_id = 'qwen3-4b' "
+        "AND layer = 0 AND q_head = 0 AND q_bucket IN (0, 1)"
+    )
     con.close()
     with pytest.raises(QkwhError) as exc:
         build_mod.build(
             wh,
-            select="+assert_component_weights_sum_to_one",
+            select="+assert_component_weights_sum_to_one stg_plasticity_buckets",
             target_dir=tmp_path / "target",
             log_sink=lambda m: None,
         )
     message = str(exc.value)
-    assert "assert_component_weights_sum_to_one" in message
-    assert "failing row" in message and "\n" not in message
-    assert exc.value.result.failed[0].failures == 1
+    assert "\n" not in message
+    failed = {n.name: n for n in exc.value.result.failed}
+    assert failed["assert_component_weights_sum_to_one"].failures == 1
+    assert "assert_component_weights_sum_to_one (1 failing row)" in message
+    (checks,) = [n for n in failed.values() if n.name.startswith("column_checks_stg_plasticity_b")]
+    assert checks.failures == 1  # one failing check ...
+    assert checks.detail == "in_range(ap_bucket, 0, 1): 2 rows"  # ... over the current config
+    assert f"{checks.name} (in_range(ap_bucket, 0, 1): 2 rows)" in message
 
 
 def test_registry_seed_is_byte_identical_to_configs_models_csv():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLE, without_unit_tests
+from tests.conftest import SAMPLE
 
 MODEL = "smollm2-135m"
 SYNTH = "synth-4l"
@@ -43,8 +43,7 @@ def report_warehouse(tmp_path_factory) -> Path:
     cfg = RunConfig().with_overrides({"plasticity.empirical": "true"})
     rep = compute(db, workers=1, config=cfg)
     assert rep.failures == [], rep.failures
-    with without_unit_tests():
-        build(db, target_dir=root / "dbt-target")
+    build(db, target_dir=root / "dbt-target")
     return db
 
 
