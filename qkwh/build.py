@@ -153,7 +153,7 @@ def _excluded_resource_types(command_args: list[str]) -> set[str]:
 
 
 def _name_failed_checks(warehouse: Path, result: BuildResult) -> BuildResult:
-    """The result with each failed ``column_checks`` test's ``detail``: its failing checks and how
+    """The result with each failed ``table_checks`` test's ``detail``: its failing checks and how
     many rows fail each (dbt reports only how many checks failed).  The warehouse is read
     read-only, after dbt has let it go; a check that cannot be listed keeps dbt's count."""
     failed = [n for n in result.nodes if n.check_sql]

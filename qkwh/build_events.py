@@ -28,10 +28,10 @@ class NodeResult:
     message: str | None
     seconds: float
     failures: int | None
-    #: for a failed ``column_checks`` test: the SQL that lists its failing checks (dbt's compiled
+    #: for a failed ``table_checks`` test: the SQL that lists its failing checks (dbt's compiled
     #: test), so that the build can name them; None otherwise
     check_sql: str | None = field(default=None, repr=False, compare=False)
-    #: what failed, in words (a failed ``column_checks`` test: each failing check and its rows)
+    #: what failed, in words (a failed ``table_checks`` test: each failing check and its rows)
     detail: str | None = None
 
     @property
@@ -320,7 +320,7 @@ def _node_results(run_result: Any) -> tuple[NodeResult, ...]:
             continue
         status = getattr(r.status, "value", str(r.status))
         test = getattr(node, "test_metadata", None)
-        checks = getattr(test, "name", None) == "column_checks" and str(status).lower() == "fail"
+        checks = getattr(test, "name", None) == "table_checks" and str(status).lower() == "fail"
         out.append(
             NodeResult(
                 unique_id=node.unique_id,

@@ -96,10 +96,10 @@ def _num(v: float) -> str:
 
 
 def staging_yml(analysis: Analysis, table: Table) -> str:
-    """The dbt properties of the staging model of ``table``: its description, the test of its key
-    (one parameter set per model, so the key without config_id), the model_id relationship, every
-    column with its description and unit, and the columns' declared checks (``range``,
-    ``not_null``) in one ``column_checks`` test: one scan of the table, one dbt node."""
+    """The dbt properties of the staging model of ``table``: its description, every column with
+    its description and unit, and one ``table_checks`` test (one dbt node) of its key (one
+    parameter set per model, so the key without config_id), the model_id relationship and the
+    columns' declared checks (``range``, ``not_null``)."""
     doc = f" (docs/{analysis.doc})" if analysis.doc else ""
     grain = table.grain or "one row per head"
     key = ", ".join((*HEAD_KEY[:3], *table.key))
@@ -115,18 +115,10 @@ def staging_yml(analysis: Analysis, table: Table) -> str:
             f"currently reports for the analysis {analysis.name} (current_config)."
         ),
         "    data_tests:",
-        "      - primary_key:",
-        "          arguments:",
-        f"            columns: [{key}]",
-        *_column_checks(table),
+        *_table_checks(table, key),
         "    columns:",
         "      - name: model_id",
         "        description: Model id; references stg_models.",
-        "        data_tests:",
-        "          - relationships:",
-        "              arguments:",
-        "                to: ref('stg_models')",
-        "                field: model_id",
         "      - name: layer",
         "        description: 0-based decoder layer.",
         "      - name: q_head",
@@ -149,16 +141,22 @@ def staging_yml(analysis: Analysis, table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _column_checks(table: Table) -> list[str]:
-    """The ``column_checks`` test of a staging model (its lines in the model's ``data_tests``):
-    the declared not-null columns and ranges; no lines when no column declares one."""
+def _table_checks(table: Table, key: str) -> list[str]:
+    """The ``table_checks`` test of a staging model (its lines in the model's ``data_tests``):
+    the key, model_id's reference to stg_models, and the declared not-null columns and ranges."""
+    lines = [
+        "      - table_checks:",
+        "          arguments:",
+        f"            primary_key: [{key}]",
+    ]
     not_null = [c.name for c in table.columns if c.not_null]
-    ranged = [c for c in table.columns if c.range is not None]
-    if not (not_null or ranged):
-        return []
-    lines = ["      - column_checks:", "          arguments:"]
     if not_null:
         lines.append(f"            not_null: [{', '.join(not_null)}]")
+    lines += [
+        "            relationships:",
+        """              model_id: {to: "ref('stg_models')", field: model_id}""",
+    ]
+    ranged = [c for c in table.columns if c.range is not None]
     if ranged:
         lines.append("            in_range:")
         lines += [
@@ -196,9 +194,9 @@ def sources_part() -> str:
                 f"      - name: {t.name}",
                 f"        description: {_yaml_text(f'{t.description} Grain: {grain}{doc}.')}",
                 "        data_tests:",
-                "          - unique_combination:",
+                "          - table_checks:",
                 "              arguments:",
-                f"                columns: [{', '.join(t.full_key)}]",
+                f"                unique_combination: [{', '.join(t.full_key)}]",
                 "        columns:",
             ]
             for c in t.columns:

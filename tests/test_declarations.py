@@ -72,20 +72,30 @@ def test_a_changed_metric_declaration_makes_the_catalogue_stale(monkeypatch):
 
 
 def test_every_staged_table_has_generated_properties():
-    """Each staging view of an analysis table has its .yml, with the key test and the declared
-    range tests (the hand-written files they replace carried the same ones)."""
+    """Each staging view of an analysis table has its .yml, with one table_checks test of its
+    key, its model_id reference and the declared ranges and not-null columns."""
     for a in registry.analyses():
         for t in a.tables:
             path = generate.STAGING_DIR / f"stg_{t.name}.yml"
             assert path.exists() == t.staged, t.name
             if not t.staged:
                 continue
-            text = path.read_text()
-            assert f"columns: [{', '.join(('model_id', 'layer', 'q_head', *t.key))}]" in text
-            for c in t.columns:
-                assert f"- name: {c.name}\n" in text
-                if c.range is not None:
-                    assert f"min_value: {generate._num(c.range[0])}" in text
+            model = yaml.safe_load(path.read_text())["models"][0]
+            assert [c["name"] for c in model["columns"]] == [
+                *("model_id", "layer", "q_head", "k_head", "head_label"),
+                *(c.name for c in t.columns),
+                "config_id",
+            ]
+            (test,) = model["data_tests"]
+            checks = test["table_checks"]["arguments"]
+            assert checks["primary_key"] == ["model_id", "layer", "q_head", *t.key]
+            assert checks["relationships"] == {
+                "model_id": {"to": "ref('stg_models')", "field": "model_id"}
+            }
+            assert checks.get("in_range", {}) == {
+                c.name: list(c.range) for c in t.columns if c.range is not None
+            }
+            assert checks.get("not_null", []) == [c.name for c in t.columns if c.not_null]
 
 
 def test_a_metric_declaration_is_checked():
@@ -240,7 +250,7 @@ def test_a_toy_analysis_declared_once_is_everywhere(norms, tmp_path: Path):
     assert "stg_norms_heads.sql" in models
     sources = yaml.safe_load("tables:\n" + generate.sources_part())["tables"]
     toy = {t["name"]: t for t in sources}["norms_buckets"]
-    assert toy["data_tests"][0]["unique_combination"]["arguments"]["columns"] == [
+    assert toy["data_tests"][0]["table_checks"]["arguments"]["unique_combination"] == [
         "model_id",
         "layer",
         "q_head",
