@@ -62,8 +62,8 @@ def model(dbt, session):
         ).to_arrow_table()
         vals = table.column("vals").combine_chunks()
         # a NULL value is NaN
-        flat = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), np.float64)
-        bounds = vals.offsets.to_numpy()
+        flat = np.asarray(vals.values.to_numpy(zero_copy_only=False), np.float64)
+        bounds = vals.offsets.to_numpy()  # raw offsets into vals.values
         for i, key in enumerate(
             zip(table.column("model_id").to_pylist(), table.column("metric").to_pylist())
         ):
