@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from scipy import stats
+from scipy import special
 
 from qkwh.analyses.correlation import pearson_pvalue, weighted_pearson
 
@@ -65,7 +65,9 @@ def fisher_interval(r: float, n: int, level: float) -> tuple[float, float]:
     if abs(r) >= 1.0:
         return r, r
     z = math.atanh(r)
-    half = stats.norm.ppf(0.5 + level / 2) / math.sqrt(n - 3)
+    # the standard normal quantile (scipy.stats.norm.ppf computes it with the same ndtri;
+    # scipy.special imports in a fraction of scipy.stats' time)
+    half = special.ndtri(0.5 + level / 2) / math.sqrt(n - 3)
     return math.tanh(z - half), math.tanh(z + half)
 
 

@@ -142,24 +142,52 @@ def weighted_pearson(
     Returns
     -------
     (R,) float64
+
+    Every row is summed on its own, pairwise along the row (numpy's reduction of a C-ordered
+    row), so a row's r does not depend on the other rows: the rows are taken in blocks of about
+    :data:`_BLOCK` values, which keeps the temporaries in cache.
     """
     w = np.atleast_2d(np.asarray(w, np.float64))
     x = np.broadcast_to(np.asarray(x, np.float64), w.shape)
     y = np.broadcast_to(np.asarray(y, np.float64), w.shape)
+    w = np.ascontiguousarray(w)
+    r = np.empty(w.shape[0])
+    step = max(1, _BLOCK // max(1, w.shape[1]))
+    for a in range(0, w.shape[0], step):
+        b = min(a + step, w.shape[0])
+        r[a:b] = _weighted_pearson_rows(x[a:b], y[a:b], w[a:b], min_n, if_constant)
+    return r
+
+
+#: values (rows x columns) of one block of weighted_pearson's rows
+_BLOCK = 1 << 16
+
+
+def _weighted_pearson_rows(
+    x: np.ndarray, y: np.ndarray, w: np.ndarray, min_n: int, if_constant: float
+) -> np.ndarray:
+    """:func:`weighted_pearson` of one block of rows (all three (R, n); ``w`` C-ordered).
+
+    The products are formed as ``(w * d) * d`` and ``(w * d) * e``, into reused buffers."""
     sw = w.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mx = (w * x).sum(axis=1) / sw
-        my = (w * y).sum(axis=1) / sw
+        wx = w * x
+        mx = wx.sum(axis=1) / sw
+        wy = w * y
+        my = wy.sum(axis=1) / sw
+        # the raw sums Σw·x² and Σw·y² of the constant-input rule
+        sxx_raw = np.multiply(wx, x, out=wx).sum(axis=1)
+        syy_raw = np.multiply(wy, y, out=wy).sum(axis=1)
         dx = x - mx[:, None]
         dy = y - my[:, None]
-        sxx = (w * dx * dx).sum(axis=1)
-        syy = (w * dy * dy).sum(axis=1)
-        sxy = (w * dx * dy).sum(axis=1)
+        wdx = np.multiply(w, dx, out=wx)
+        sxx = np.multiply(wdx, dx, out=wy).sum(axis=1)
+        sxy = np.multiply(wdx, dy, out=wy).sum(axis=1)
+        wdy = np.multiply(w, dy, out=wx)
+        syy = np.multiply(wdy, dy, out=wy).sum(axis=1)
         r = sxy / np.sqrt(sxx * syy)
         # the rule on sums (both sides of var <= REL² * mean square multiplied by Σw)
-        constant = is_zero_variance(sxx, (w * x * x).sum(axis=1)) | is_zero_variance(
-            syy, (w * y * y).sum(axis=1)
-        )
+        constant = is_zero_variance(sxx, sxx_raw) | is_zero_variance(syy, syy_raw)
     r = np.clip(r, -1.0, 1.0)
     r[constant] = if_constant
     r[(w > 0).sum(axis=1) < min_n] = np.nan

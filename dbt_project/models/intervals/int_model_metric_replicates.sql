@@ -91,9 +91,22 @@ base as (
     join model_stats as s on s.model_id = d.model_id and s.agg = 'max'
 ),
 
+plasticity_base as (
+    -- the metrics the pivot below reads (ap_overall, decile_0..9 of each estimator and
+    -- bias_strength), not every metric of the replicate
+    select model_id, replicate, metric, value
+    from base
+    where metric in (
+        'bias_strength'
+        {%- for e in plasticity_estimators() %}, 'ap_overall{{ e.suffix }}'
+        {%- for k in range(10) %}, 'decile_{{ k }}{{ e.suffix }}'{% endfor %}
+        {%- endfor %}
+    )
+),
+
 derived as (
     select d.*, d.bias_strength * m.context_length as bias_strength_ctx
-    from ({{ model_plasticity_derived('base', ['model_id', 'replicate'], carry=['bias_strength']) }}) as d
+    from ({{ model_plasticity_derived('plasticity_base', ['model_id', 'replicate'], carry=['bias_strength']) }}) as d
     join {{ ref('int_models') }} as m using (model_id)
 ),
 

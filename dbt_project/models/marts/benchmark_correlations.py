@@ -14,8 +14,6 @@ the models are resampled (method says so).  Each group has its own random stream
 the seed and a stable hash of the group key.
 """
 
-import math
-
 import numpy as np
 import pyarrow as pa
 
@@ -59,12 +57,17 @@ def model(dbt, session):
                 "metric IN (" + ", ".join("'" + m.replace("'", "''") + "'" for m in metrics) + ")"
             )
         )
-        acc: dict[tuple[str, str], list] = {}
-        for r in rel.order("model_id, metric, replicate").to_arrow_table().to_pylist():
-            acc.setdefault((r["model_id"], r["metric"]), []).append(
-                math.nan if r["value"] is None else r["value"]
-            )
-        reps = {k: np.asarray(v, np.float64) for k, v in acc.items()}
+        table = rel.aggregate(
+            "model_id, metric, list(value order by replicate) as vals", "model_id, metric"
+        ).to_arrow_table()
+        vals = table.column("vals").combine_chunks()
+        # a NULL value is NaN
+        flat = np.asarray(vals.values.to_numpy(zero_copy_only=False), np.float64)
+        bounds = vals.offsets.to_numpy()  # raw offsets into vals.values
+        for i, key in enumerate(
+            zip(table.column("model_id").to_pylist(), table.column("metric").to_pylist())
+        ):
+            reps[key] = flat[bounds[i] : bounds[i + 1]]
 
     groups: dict[tuple, list[dict]] = {}
     for o in obs:

@@ -15,7 +15,6 @@ import math
 
 import numpy as np
 import pyarrow as pa
-from threadpoolctl import threadpool_limits
 
 from qkwh.analyses.correlation import weighted_pearson
 from qkwh.bootstrap import correlation_row, correlation_table, correlation_with_intervals
@@ -27,6 +26,29 @@ KEY_FIELDS = (
     ("scope", pa.string()),
     ("family", pa.string()),
 )
+
+#: about this many weights (replicates x heads) are built and correlated at a time
+BLOCK = 1 << 16
+
+
+def model_draws(table: pa.Table) -> dict[str, np.ndarray]:
+    """Each model's replicates 1.. as a (n_boot, n_layers) float64 array, from the rows
+    (model_id, multiplicity) of int_bootstrap_draws ordered by model and replicate."""
+    table = table.combine_chunks()
+    ids = table.column("model_id").to_pylist()
+    mult = table.column("multiplicity").chunk(0) if table.num_rows else None
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or ids[end] != ids[start]:
+            rows = mult.slice(start, end - start)
+            width = rows.value_lengths().to_numpy(zero_copy_only=False)
+            if np.any(width != width[0]):
+                raise ValueError(f"int_bootstrap_draws: ragged multiplicity lists for {ids[start]}")
+            values = rows.flatten().to_numpy(zero_copy_only=False)
+            out[ids[start]] = np.asarray(values, np.float64).reshape(end - start, int(width[0]))
+            start = end
+    return out
 
 
 def model(dbt, session):
@@ -43,60 +65,70 @@ def model(dbt, session):
         .project("model_id, layer, q_head, family, " + ", ".join(f'"{c}"' for c in cols))
         .order("model_id, layer, q_head")
         .to_arrow_table()
-        .to_pylist()
     )
+    head_model = heads.column("model_id").to_pylist()
+    head_layer = heads.column("layer").to_pylist()
+    head_family = heads.column("family").to_pylist()
+    model_arr = np.array(head_model, dtype=object)
+    family_arr = np.array(head_family, dtype=object)
+    # a NULL metric is NaN here: both are left out of every set
+    value = {
+        c: np.asarray(heads.column(c).to_numpy(zero_copy_only=False), np.float64) for c in cols
+    }
     clusters = {
         (r["model_id"], r["layer"]): r["cluster_index"] - 1
         for r in dbt.ref("int_bootstrap_clusters").to_arrow_table().to_pylist()
     }
-    draws: dict[str, np.ndarray] = {}
-    for r in (
+    draws = model_draws(
         dbt.ref("int_bootstrap_draws")
         .filter("replicate > 0")
         .order("model_id, replicate")
+        .project("model_id, multiplicity")
         .to_arrow_table()
-        .to_pylist()
-    ):
-        draws.setdefault(r["model_id"], []).append(r["multiplicity"])
-    draws = {k: np.asarray(v, np.float64) for k, v in draws.items()}
+    )
 
     out: list[dict[str, object]] = []
     for x_name, y_name in pairs:
-        rows = [
-            h
-            for h in heads
-            if h[x_name] is not None
-            and h[y_name] is not None
-            and math.isfinite(h[x_name])
-            and math.isfinite(h[y_name])
-        ]
-        sets = [("all", "all", None, rows)] if heads else []
-        for fam in sorted({h["family"] for h in heads if h["family"] is not None}):
-            sets.append(("family", fam, fam, [h for h in rows if h["family"] == fam]))
-        for mid in sorted({h["model_id"] for h in heads}):
-            fams = {h["family"] for h in heads if h["model_id"] == mid}
-            sets.append(("model", mid, next(iter(fams)), [h for h in rows if h["model_id"] == mid]))
+        rows = np.flatnonzero(np.isfinite(value[x_name]) & np.isfinite(value[y_name]))
+        sets = [("all", "all", None, rows)] if head_model else []
+        for fam in sorted({f for f in head_family if f is not None}):
+            sets.append(("family", fam, fam, rows[family_arr[rows] == fam]))
+        for mid in sorted(set(head_model)):
+            fams = set(family_arr[model_arr == mid])
+            sets.append(("model", mid, next(iter(fams)), rows[model_arr[rows] == mid]))
         for kind, scope, fam, sub in sets:
-            x = np.array([h[x_name] for h in sub], np.float64)
-            y = np.array([h[y_name] for h in sub], np.float64)
-            models = sorted({h["model_id"] for h in sub})
+            x = value[x_name][sub]
+            y = value[y_name][sub]
+            models = sorted({head_model[i] for i in sub})
             fixed = [m for m in models if m not in draws]
             boot = None
             note = None
-            if sub and len(fixed) < len(models):
-                # each head's column: its model's multiplicities of its layer (a model without
-                # draws stays at 1); the columns of one model are gathered at once
-                w = np.ones((n_boot, len(sub)))
-                cols: dict[str, tuple[list[int], list[int]]] = {}
-                for i, h in enumerate(sub):
-                    if h["model_id"] in draws:
-                        at, layer = cols.setdefault(h["model_id"], ([], []))
-                        at.append(i)
-                        layer.append(clusters[(h["model_id"], h["layer"])])
-                for mid, (at, layer) in cols.items():
-                    w[:, at] = draws[mid][:n_boot][:, layer]
-                with threadpool_limits(1):
-                    boot = weighted_pearson(x, y, w, min_n=min_n, if_constant=math.nan)
+            if len(sub) and len(fixed) < len(models):
+                # each head's weight: its model's multiplicity of its layer (a model without
+                # draws stays at 1), taken from the models' multiplicities side by side
+                parts = [np.ones((n_boot, 1))]
+                offset = {}
+                for mid in models:
+                    if mid in draws:
+                        offset[mid] = sum(p.shape[1] for p in parts)
+                        parts.append(draws[mid][:n_boot])
+                mult = np.hstack(parts)
+                take = np.array(
+                    [
+                        offset[head_model[i]] + clusters[(head_model[i], head_layer[i])]
+                        if head_model[i] in offset
+                        else 0
+                        for i in sub
+                    ],
+                    np.intp,
+                )
+                # a block of replicates at a time (each replicate's r is computed on its own row)
+                boot = np.empty(n_boot)
+                step = max(1, BLOCK // len(sub))
+                for a in range(0, n_boot, step):
+                    b = min(a + step, n_boot)
+                    w = mult[a:b].take(take, axis=1)
+                    boot[a:b] = weighted_pearson(x, y, w, min_n=min_n, if_constant=math.nan)
             if fixed and len(fixed) == len(models):
                 note = "no model of the set has min_layers layers: no bootstrap interval"
             elif fixed:

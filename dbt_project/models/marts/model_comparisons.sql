@@ -37,32 +37,64 @@ reps as (
       and metric in ({% for m in metrics %}'{{ m }}'{{ ', ' if not loop.last }}{% endfor %})
 ),
 
-diffs as (
+rep_lists as (
+    -- each model's replicates of a metric as one list in replicate order
+    select
+        model_id,
+        metric,
+        list(value order by replicate) as vals,
+        list(replicate order by replicate) as replicates
+    from reps
+    group by model_id, metric
+),
+
+matched as (
     select
         p.metric,
         p.model_a,
         p.model_b,
-        ra.replicate,
-        ra.value - rb.value as diff
+        ra.vals as vals_a,
+        rb.vals as vals_b,
+        ra.replicates = rb.replicates as aligned
     from pairs as p
-    join reps as ra on ra.model_id = p.model_a and ra.metric = p.metric
-    join reps as rb on rb.model_id = p.model_b and rb.metric = p.metric and rb.replicate = ra.replicate
+    join rep_lists as ra on ra.model_id = p.model_a and ra.metric = p.metric
+    join rep_lists as rb on rb.model_id = p.model_b and rb.metric = p.metric
     where p.both_have_intervals
 ),
 
+diffs as (
+    -- replicate b of a minus replicate b of b, in replicate order: element by element when both
+    -- models hold the same replicates (the usual case), else over the replicates both hold
+    select metric, model_a, model_b, list_transform(list_zip(vals_a, vals_b), lambda z: z[1] - z[2]) as diffs
+    from matched
+    where aligned
+
+    union all
+
+    select
+        m.metric,
+        m.model_a,
+        m.model_b,
+        list(ra.value - rb.value order by ra.replicate) as diffs
+    from matched as m
+    join reps as ra on ra.model_id = m.model_a and ra.metric = m.metric
+    join reps as rb on rb.model_id = m.model_b and rb.metric = m.metric and rb.replicate = ra.replicate
+    where not m.aligned
+    group by m.metric, m.model_a, m.model_b
+),
+
 boot as (
-    -- both percentiles from one quantile_cont call (one pass over the replicates, same values)
+    -- both percentiles from one quantile_cont over the list; se over it in replicate order
     select metric, model_a, model_b, q[1] as ci_low, q[2] as ci_high, se, n_boot_valid
     from (
         select
             metric,
             model_a,
             model_b,
-            quantile_cont(diff, [{{ 0.5 - level / 2 }}, {{ 0.5 + level / 2 }}]) as q,
-            list_aggregate(list(diff order by replicate), 'stddev_samp') as se,
-            count(diff) as n_boot_valid
+            list_aggregate(diffs, 'quantile_cont', [{{ 0.5 - level / 2 }}, {{ 0.5 + level / 2 }}]) as q,
+            list_aggregate(diffs, 'stddev_samp') as se,
+            list_aggregate(diffs, 'count') as n_boot_valid
         from diffs
-        group by metric, model_a, model_b
     )
 ),
 
