@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol, TypeVar
 
@@ -108,6 +109,7 @@ class ProcessExecutor:
         # (and its BLAS) is imported there
         self._workers = workers
         self._finished = False
+        self._exiting: threading.Thread | None = None  # see release()
         self._pool = cf.ProcessPoolExecutor(
             max_workers=workers,
             mp_context=mp.get_context("spawn"),
@@ -129,12 +131,25 @@ class ProcessExecutor:
                 yield fut.result()
         self._finished = True
 
+    def release(self) -> None:
+        """After every task finished: tell the workers to exit, without waiting for them.
+
+        A worker's exit takes a few tenths of a second (its interpreter unloads NumPy, SciPy and
+        the rest); the caller can do its own last work meanwhile, then :meth:`close` waits for
+        them.  Does nothing while tasks are unfinished (then :meth:`close` ends the workers)."""
+        if not self._finished or self._exiting is not None:
+            return
+        self._exiting = getattr(self._pool, "_executor_manager_thread", None)
+        self._pool.shutdown(wait=False)
+
     def close(self) -> None:
         """Stop the pool.  After every task finished the workers exit cleanly; otherwise (Ctrl-C,
         an error, the caller stopped early) the tasks still running are not wanted: the workers
         are ended at once instead of being waited for."""
         if self._finished:
             self._pool.shutdown(wait=True)
+            if self._exiting is not None:  # released: the pool no longer holds its manager thread
+                self._exiting.join()
             return
         workers = list((getattr(self._pool, "_processes", None) or {}).values())
         results = getattr(self._pool, "_result_queue", None)  # shutdown() drops the reference

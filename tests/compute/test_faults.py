@@ -348,6 +348,22 @@ def test_a_worker_killed_while_sending_its_result_does_not_hang_the_exit():
     assert proc.returncode == 0 and proc.stdout == "closed\n", proc.stderr[-2000:]
 
 
+def test_a_released_pool_lets_its_workers_exit_and_close_waits_for_them():
+    """After every task, compute releases the pool (the workers exit while it writes its last
+    batch), then closes it: close returns only once the workers are gone."""
+    from qkwh.compute.executors import ProcessExecutor
+
+    ex = ProcessExecutor(2)
+    try:
+        assert sorted(ex.map_unordered(abs, [-3, -1, -2])) == [1, 2, 3]
+        workers = list(ex._pool._processes.values())
+        assert workers and all(p.is_alive() for p in workers)
+        ex.release()
+    finally:
+        ex.close()
+    assert [p.exitcode for p in workers] == [0] * len(workers)
+
+
 # ---------------------------------------------------------------------------------------------
 # one line, the README's exit code and whole heads: full disk, read-only folders, an altered
 # table, the same warehouse through a hard link
