@@ -364,6 +364,27 @@ def test_a_released_pool_lets_its_workers_exit_and_close_waits_for_them():
     assert [p.exitcode for p in workers] == [0] * len(workers)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a glibc setting")
+@pytest.mark.parametrize("before", [None, "glibc.malloc.check=0"])
+def test_pool_workers_start_with_huge_pages_and_the_parent_environment_stays(monkeypatch, before):
+    """The workers start with glibc's huge-page tunable added to GLIBC_TUNABLES (what the user set
+    stays in it); this process's own environment is left as it was."""
+    from qkwh.compute.executors import HUGE_PAGES_TUNABLE, ProcessExecutor
+
+    if before is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", before)
+    ex = ProcessExecutor(2)
+    try:
+        seen = set(ex.map_unordered(os.getenv, ["GLIBC_TUNABLES"] * 4))
+        ex.release()
+    finally:
+        ex.close()
+    assert seen == {HUGE_PAGES_TUNABLE if before is None else f"{before}:{HUGE_PAGES_TUNABLE}"}
+    assert os.environ.get("GLIBC_TUNABLES") == before
+
+
 # ---------------------------------------------------------------------------------------------
 # one line, the README's exit code and whole heads: full disk, read-only folders, an altered
 # table, the same warehouse through a hard link
