@@ -145,6 +145,11 @@ class MeasuredExecutor:
             self.consumer_s += dt_
             self.consumer_per_head += [dt_ / max(len(result), 1)] * max(len(result), 1)
 
+    def release(self) -> None:
+        release = getattr(self.inner, "release", None)
+        if release is not None:
+            release()
+
     def close(self) -> None:
         self.inner.close()
 

@@ -6,10 +6,15 @@ Vectorised equivalents of ``scipy.stats.skew`` / ``kurtosis`` (bias-corrected) a
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
-from scipy import stats as _st
 from scipy.special import gammaln, ndtr
 
 __all__ = ["standardised_moments", "ks_norm_pvalues", "ks_summary"]
@@ -89,7 +94,68 @@ def _kstwo_sf_one(D: float, n: int) -> float:
         if nx2 >= 370.0:
             return 0.0
         return min(max(2.0 * _smirnov_large_n(n, D), 0.0), 1.0)
-    return float(np.clip(_st.kstwo.sf(D, n), 0.0, 1.0))
+    return float(np.clip(_kstwo_sf_scipy(D, n), 0.0, 1.0))
+
+
+def _kstwo_sf_scipy(x: float, n: int) -> float:
+    """``scipy.stats.kstwo.sf(x, n)`` for a finite ``x`` and an integer ``n >= 1``, by scipy's
+    own code: what the distribution's ``sf`` does for such arguments (1 at or below the lower
+    end of the support 1/(2n), 0 at or above 1, else ``kolmogn(n, x, cdf=False)``), without
+    importing ``scipy.stats`` (see :func:`_scipy_kolmogn`)."""
+    if x <= 0.5 / n:
+        return 1.0
+    if x >= 1.0:
+        return 0.0
+    return float(_scipy_kolmogn()(n, x, cdf=False))
+
+
+@functools.cache
+def _scipy_kolmogn() -> Callable[..., np.ndarray]:
+    """``kolmogn`` of scipy's ``scipy/stats/_ksstats.py`` (the function behind
+    ``scipy.stats.kstwo``).
+
+    Importing ``scipy.stats`` costs about 0.6 s (it loads nearly all of SciPy), more than the
+    analyses of several heads, and every compute worker would pay it for this one function.  So
+    the module's file is loaded on its own, under a private name; the one name it imports from
+    ``scipy.stats`` (a finite-difference helper, used only by the density, never here) is served
+    during that load by a stand-in that imports the real one if it is ever called.  When
+    ``scipy.stats`` is already imported, or SciPy's layout differs, its own module is used.
+    """
+    if "scipy.stats" not in sys.modules:
+        try:
+            return _load_kolmogn()
+        except Exception:  # noqa: BLE001 - any surprise: take the ordinary import
+            pass
+    from scipy.stats._ksstats import kolmogn
+
+    return kolmogn
+
+
+def _load_kolmogn() -> Callable[..., np.ndarray]:
+    import scipy
+
+    path = Path(scipy.__file__).parent / "stats" / "_ksstats.py"
+    spec = importlib.util.spec_from_file_location("qkwh.analyses._scipy_ksstats", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    helper = "scipy.stats._finite_differences"
+
+    def _derivative(*args, **kwargs):  # pragma: no cover - the density only
+        from scipy.stats._finite_differences import _derivative as real
+
+        return real(*args, **kwargs)
+
+    stand_in = types.ModuleType(helper)
+    stand_in._derivative = _derivative  # type: ignore[attr-defined]
+    if helper in sys.modules:
+        raise ImportError(helper)
+    sys.modules[helper] = stand_in
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[helper]
+    return module.kolmogn
 
 
 def _ks_sf(D: np.ndarray, n: int) -> np.ndarray:

@@ -489,8 +489,11 @@ def sampled_bucket(
     if buffers is None or buffers[0].shape != (num_pairs, d):
         buffers = (np.empty((num_pairs, d)), np.empty((num_pairs, d)))
     delta, tmp = buffers
-    np.take(keys_rot, i1, axis=0, out=delta)
-    np.subtract(delta, np.take(keys_rot, i2, axis=0, out=tmp), out=delta)
+    # the indices are valid rows: mode="clip" leaves them as they are and spares the bounds-checked
+    # take its extra copy (with ``out`` and the default mode="raise", numpy gathers into a
+    # temporary array first, so that an invalid index leaves ``out`` untouched)
+    np.take(keys_rot, i1, axis=0, out=delta, mode="clip")
+    np.subtract(delta, np.take(keys_rot, i2, axis=0, out=tmp, mode="clip"), out=delta)
     pp, z = pair_plasticity(
         delta,
         model.w,

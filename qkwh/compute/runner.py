@@ -365,12 +365,22 @@ def compute(
             threads=1 if n_workers > 1 else None,
         )  # the workers have the cores
         try:
+            unfinished = len(tasks)
             for outcomes in ex.map_unordered(run_group, tasks):
+                unfinished -= 1
                 report.failures += [(o.unit.label, o.error) for o in outcomes if o.error]
                 writer.add(outcomes)
                 if on_head:
                     for o in outcomes:
                         on_head(o.unit.label)
+                if 0 < unfinished < n_workers:
+                    # no task left to start: a worker is idle, so the heads received so far are
+                    # written now, on its core, and the batch left after the last task is small
+                    writer.flush()
+            release = getattr(ex, "release", None)
+            if release is not None:
+                release()  # the workers exit while the last batch is written
+            writer.flush()
         finally:
             try:
                 ex.close()

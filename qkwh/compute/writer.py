@@ -173,7 +173,7 @@ def write_heads(
                     else pa.concat_tables(tables, promote_options="permissive").combine_chunks()
                 )
                 store.insert_columns(con, name, data)
-        store.insert_columns(con, "head_runs", runs)
+        store.insert_head_runs(con, runs, now)  # not through Arrow: see there
         # the marts report each (model, analysis) under exactly one parameter set
         current = sorted(
             {(o.unit.model_id, a) for o in outcomes for a in o.analyses} - (made_current or set())

@@ -9,7 +9,11 @@ pairs, scipy.stats) so that they share no code path with the vectorised implemen
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ import pytest
 import scipy.stats as st
 from numpy.testing import assert_allclose, assert_array_equal
 
+from qkwh.analyses import normality
 from qkwh.analyses import plasticity as pl
 from qkwh.analyses.declared.plasticity import PlasticityParams
 from qkwh.analyses.types import HeadData
@@ -366,6 +371,50 @@ def test_kstwo_sf_matches_scipy_in_every_regime():
                 err_msg=f"{n} {D}",
             )
     assert pl._kstwo_sf_one(0.4 / 8000, 8000) == st.kstwo.sf(0.4 / 8000, 8000) == 1.0
+
+
+#: computes the exact KS p-values of argv[1] (JSON list of [D, n]) in a fresh interpreter, and
+#: prints them (as float.hex) with whether scipy.stats got imported
+_KSTWO_PROBE = """
+import json, sys
+from qkwh.analyses import normality
+cases = json.loads(sys.argv[1])
+values = [normality._kstwo_sf_scipy(D, n).hex() for D, n in cases]
+print(json.dumps({"values": values, "scipy_stats": "scipy.stats" in sys.modules}))
+"""
+
+
+def test_kstwo_sf_is_scipys_to_the_bit_without_importing_scipy_stats():
+    """The exact p-value comes from scipy's own kstwo code, loaded without ``scipy.stats``
+    (whose import costs every compute worker more than a head): bit for bit the value of
+    ``scipy.stats.kstwo.sf``, in every branch of scipy's case split (small and large n, the
+    Ruben-Gambino ends, DMTW, Pomeranz, Pelz-Good, Smirnov, both ends of the support)."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for n in (1, 2, 3, 7, 60, 140, 141, 1000, 8000, 100_001):
+        near = rng.uniform(0.0, 4.0 / math.sqrt(n), 25)
+        anywhere = rng.uniform(0.0, 1.0, 10)
+        edges = (0.0, 0.25 / n, 0.5 / n, 0.75 / n, 1.0 / n, 0.5, 1.0 - 1.0 / n, 1.0, 1.5)
+        cases += [[float(D), n] for D in (*near, *anywhere, *edges)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    r = subprocess.run(
+        [sys.executable, "-c", _KSTWO_PROBE, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["scipy_stats"] is False
+    got = [float.fromhex(v) for v in out["values"]]
+    want = [float(st.kstwo.sf(D, n)) for D, n in cases]
+    assert [g.hex() for g in got] == [w.hex() for w in want]
+    # in this process scipy.stats is loaded: its own module serves, with the same values
+    assert [normality._kstwo_sf_scipy(D, n) for D, n in cases[:40]] == want[:40]
 
 
 def test_ks_summary_matches_scipy_on_heavy_tails_and_ties():

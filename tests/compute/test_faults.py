@@ -348,6 +348,43 @@ def test_a_worker_killed_while_sending_its_result_does_not_hang_the_exit():
     assert proc.returncode == 0 and proc.stdout == "closed\n", proc.stderr[-2000:]
 
 
+def test_a_released_pool_lets_its_workers_exit_and_close_waits_for_them():
+    """After every task, compute releases the pool (the workers exit while it writes its last
+    batch), then closes it: close returns only once the workers are gone."""
+    from qkwh.compute.executors import ProcessExecutor
+
+    ex = ProcessExecutor(2)
+    try:
+        assert sorted(ex.map_unordered(abs, [-3, -1, -2])) == [1, 2, 3]
+        workers = list(ex._pool._processes.values())
+        assert workers and all(p.is_alive() for p in workers)
+        ex.release()
+    finally:
+        ex.close()
+    assert [p.exitcode for p in workers] == [0] * len(workers)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a glibc setting")
+@pytest.mark.parametrize("before", [None, "glibc.malloc.check=0"])
+def test_pool_workers_start_with_huge_pages_and_the_parent_environment_stays(monkeypatch, before):
+    """The workers start with glibc's huge-page tunable added to GLIBC_TUNABLES (what the user set
+    stays in it); this process's own environment is left as it was."""
+    from qkwh.compute.executors import HUGE_PAGES_TUNABLE, ProcessExecutor
+
+    if before is None:
+        monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    else:
+        monkeypatch.setenv("GLIBC_TUNABLES", before)
+    ex = ProcessExecutor(2)
+    try:
+        seen = set(ex.map_unordered(os.getenv, ["GLIBC_TUNABLES"] * 4))
+        ex.release()
+    finally:
+        ex.close()
+    assert seen == {HUGE_PAGES_TUNABLE if before is None else f"{before}:{HUGE_PAGES_TUNABLE}"}
+    assert os.environ.get("GLIBC_TUNABLES") == before
+
+
 # ---------------------------------------------------------------------------------------------
 # one line, the README's exit code and whole heads: full disk, read-only folders, an altered
 # table, the same warehouse through a hard link

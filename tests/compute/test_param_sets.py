@@ -230,21 +230,21 @@ def test_partial_set_is_flagged(two_sets: Path, tmp_path: Path, monkeypatch):
     but covers only some heads; status, report and model_summary say so."""
     db = _copy(two_sets, tmp_path)
     build(db, target_dir=tmp_path / "target")
-    real = store.insert_columns
+    real = store.insert_head_runs
     calls = {"n": 0}
 
-    def interrupting(con, table, columns):
+    def interrupting(con, runs, computed_at):
         # head_runs is a batch's last insert: stop at the second batch's (the first batch holds
         # one head), whatever the number of result tables per head
-        calls["n"] += table == "head_runs"
+        calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(con, table, columns)
+        return real(con, runs, computed_at)
 
-    monkeypatch.setattr(store, "insert_columns", interrupting)
+    monkeypatch.setattr(store, "insert_head_runs", interrupting)
     with pytest.raises(KeyboardInterrupt):
         compute(db, workers=1, config=load_run_config(params=["seed=3"]), name="s3")
-    monkeypatch.setattr(store, "insert_columns", real)
+    monkeypatch.setattr(store, "insert_head_runs", real)
     con = store.connect(db, read_only=True)
     s3 = {s.analysis: s for s in list_sets(con) if s.name == "s3"}
     con.close()

@@ -254,19 +254,28 @@ def test_toy_analysis_is_computed_written_resumed_and_callable_from_sql(
     ingest(str(SAMPLE), warehouse=db)
 
     # an interrupted first run keeps whole heads only ...
-    real = store.insert_columns
+    real, real_runs = store.insert_columns, store.insert_head_runs
     calls = {"n": 0}
 
-    def interrupting(con, table, columns):
+    def count() -> None:  # every insert, result tables and head_runs
         calls["n"] += 1
         if calls["n"] == 5:  # inside the second batch's transaction (batches of 1, 4, 16 heads)
             raise KeyboardInterrupt
+
+    def interrupting(con, table, columns):
+        count()
         return real(con, table, columns)
 
+    def interrupting_runs(con, runs, computed_at):
+        count()
+        return real_runs(con, runs, computed_at)
+
     monkeypatch.setattr(store, "insert_columns", interrupting)
+    monkeypatch.setattr(store, "insert_head_runs", interrupting_runs)
     with pytest.raises(KeyboardInterrupt):
         compute(db, workers=1, analyses=("toy",))
     monkeypatch.setattr(store, "insert_columns", real)
+    monkeypatch.setattr(store, "insert_head_runs", real_runs)
     con = store.connect(db, read_only=True)
     done = con.execute("SELECT count(*) FROM head_runs WHERE analysis = 'toy'").fetchone()[0]
     assert 0 < done < N_HEADS
