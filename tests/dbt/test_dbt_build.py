@@ -215,6 +215,11 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
         "UPDATE plasticity_buckets SET ap_bucket = 1.5 WHERE model_id = 'qwen3-4b' "
         "AND layer = 0 AND q_head = 0 AND q_bucket IN (0, 1)"
     )
+    copied = con.execute(  # one bucket's row twice
+        "INSERT INTO plasticity_buckets SELECT * FROM plasticity_buckets WHERE model_id = "
+        "'qwen3-4b' AND layer = 0 AND q_head = 0 AND q_bucket = 2"
+    ).fetchone()
+    assert copied == (1,)
     con.close()
     with pytest.raises(QkwhError) as exc:
         build_mod.build(
@@ -229,9 +234,13 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
     assert failed["assert_component_weights_sum_to_one"].failures == 1
     assert "assert_component_weights_sum_to_one (1 failing row)" in message
     (checks,) = [n for n in failed.values() if n.name.startswith("table_checks_stg_plasticity_b")]
-    assert checks.failures == 1  # one failing check ...
-    assert checks.detail == "in_range(ap_bucket, 0, 1): 2 rows"  # ... over the current config
-    assert f"{checks.name} (in_range(ap_bucket, 0, 1): 2 rows)" in message
+    detail = (
+        "primary_key(model_id, layer, q_head, q_bucket) is shared: 2 rows; "
+        "in_range(ap_bucket, 0, 1): 2 rows"
+    )
+    assert checks.failures == 2  # two failing checks, each with its rows
+    assert checks.detail == detail
+    assert f"{checks.name} ({detail})" in message
 
 
 def test_registry_seed_is_byte_identical_to_configs_models_csv():
