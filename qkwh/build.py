@@ -170,7 +170,7 @@ def _name_failed_checks(warehouse: Path, result: BuildResult) -> BuildResult:
                     f"{check}: {rows_} row{'s' if rows_ != 1 else ''}" for check, rows_ in rows
                 )
     except duckdb.Error as exc:  # held by another process again, or the SQL no longer runs
-        log.debug("could not list the failing column checks: %s", exc)
+        log.debug("could not list the failing table checks: %s", exc)
     nodes = tuple(
         dataclasses.replace(n, detail=details[n.unique_id]) if details.get(n.unique_id) else n
         for n in result.nodes

@@ -35,8 +35,9 @@ def build(
     Seeds, staging, intermediate and mart models, and every dbt data test on what they hold.
     dbt's unit tests check the models' logic on fixed rows, not your data: --unit-tests runs
     them too (the test suite always does).  Shows progress, the nodes that fail or warn (a
-    failing column check names the column and how many rows fail it), and a summary; dbt's full
-    log is kept in the warehouse's dbt folder (<warehouse name>.dbt/logs/dbt.log, path printed).
+    failing check of a table is named with the rows that fail it, e.g. "in_range(depth, 0, 1):
+    3 rows"), and a summary; dbt's full log is kept in the warehouse's dbt folder (<warehouse
+    name>.dbt/logs/dbt.log, path printed).
     Reports clearly when another process holds the warehouse.  Ctrl-C stops it with one line and
     exit code 130.
     """
