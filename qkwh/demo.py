@@ -223,7 +223,8 @@ def _quoted(path: str) -> str:
 
 
 def _python() -> str:
-    """``python`` when that is the interpreter qkwh runs in, else its full path (pipx, say)."""
+    """``python`` when that is the interpreter qkwh runs in, else its full path (pipx, say),
+    quoted for the shell where it needs it (a space in the path)."""
     import shutil
     import sys
 
@@ -231,7 +232,7 @@ def _python() -> str:
     return (
         "python"
         if found and Path(found).resolve() == Path(sys.executable).resolve()
-        else sys.executable
+        else _quoted(sys.executable)
     )
 
 

@@ -263,3 +263,18 @@ def test_after_the_demo_its_suggestions_work_as_printed_in_that_folder(tmp_path:
         _run_as_printed(line, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["qkwh.dbt", "qkwh.duckdb", "reports"]
     assert (tmp_path / "reports" / "latest" / "index.html").is_file()
+
+
+def test_printed_interpreter_is_quoted_when_its_path_has_a_space(monkeypatch, tmp_path: Path):
+    """A suggestion that names the interpreter by its path works as printed from a folder whose
+    path has a space (a shell would split it otherwise)."""
+    import shutil as shutil_mod
+    import sys as sys_mod
+
+    from qkwh import demo as demo_mod
+
+    python = tmp_path / "a venv" / "bin" / "python"
+    monkeypatch.setattr(sys_mod, "executable", str(python))
+    monkeypatch.setattr(shutil_mod, "which", lambda name: None)
+    printed = demo_mod._python()
+    assert shlex.split(f"{printed} -c pass") == [str(python), "-c", "pass"]
