@@ -165,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
 
+    if any(ch.isspace() for ch in sys.executable):  # Ray splits its worker command at spaces
+        print(
+            f"cannot start a local Ray cluster from {sys.executable!r}: Ray cannot start workers "
+            "from a Python whose path contains a space; use a virtualenv at a path without spaces",
+            file=sys.stderr,
+        )
+        return 2
+
     import ray
     from ray.cluster_utils import Cluster
 

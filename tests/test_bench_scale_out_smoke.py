@@ -21,6 +21,11 @@ pytest.importorskip(
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.skipif(
+    any(ch.isspace() for ch in sys.executable),
+    reason=f"this Python's path holds a space ({sys.executable!r}): Ray cannot start workers from "
+    "it, and the benchmark refuses to start a local cluster",
+)
 def test_scale_out_bench_quick_run_writes_its_report(tmp_path: Path):
     md = tmp_path / "ray.md"
     proc = subprocess.run(
