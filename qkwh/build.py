@@ -127,7 +127,12 @@ def build(
     stale = None
     try:
         result = _run_dbt(
-            Path(warehouse), args, target_dir=target_dir, log_sink=log_sink, progress=progress
+            Path(warehouse),
+            args,
+            target_dir=target_dir,
+            log_sink=log_sink,
+            progress=progress,
+            unit_tests=unit_tests,
         )
     finally:
         if build_id is not None:
@@ -137,19 +142,6 @@ def build(
     if not result.success:
         raise _failure_error(_name_failed_checks(warehouse, result))
     return result
-
-
-def _excluded_resource_types(command_args: list[str]) -> set[str]:
-    """The resource types a dbt command line excludes (``--exclude-resource-type T``, or
-    ``$DBT_EXCLUDE_RESOURCE_TYPES`` when the line names none)."""
-    named = [
-        command_args[i + 1]
-        for i, a in enumerate(command_args[:-1])
-        if a in ("--exclude-resource-type", "--exclude-resource-types")
-    ]
-    if not named:
-        named = os.environ.get("DBT_EXCLUDE_RESOURCE_TYPES", "").split()
-    return set(named)
 
 
 def _name_failed_checks(warehouse: Path, result: BuildResult) -> BuildResult:
@@ -319,9 +311,12 @@ def _run_dbt(
     target_dir: Path | None,
     log_sink: LogSink | None,
     progress: ProgressCallback | None = None,
+    unit_tests: bool = True,
 ) -> BuildResult:
     """Run dbt; when another process holds the warehouse as dbt opens it (before any node has
-    run), wait for the file (up to :func:`qkwh.store.lock_wait`) and run dbt again."""
+    run), wait for the file (up to :func:`qkwh.store.lock_wait`) and run dbt again.
+    ``unit_tests`` False: the command excludes dbt's unit tests (progress neither plans nor
+    counts them)."""
     from qkwh import store
 
     warehouse = warehouse.expanduser().resolve()
@@ -330,7 +325,6 @@ def _run_dbt(
     work = target_path.parent if target_path else dbt_work_dir(warehouse)
     target_path = target_path or work / "target"
     log_path = work / "logs"
-    unit_tests = "unit_test" not in _excluded_resource_types(command_args)
     tracker = _Tracker(
         progress, target_path / "manifest.json", log_path / "dbt.log", unit_tests=unit_tests
     )
