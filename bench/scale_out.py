@@ -165,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
 
-    if any(ch.isspace() for ch in sys.executable):  # Ray splits its worker command at spaces
-        print(
-            f"cannot start a local Ray cluster from {sys.executable!r}: Ray cannot start workers "
-            "from a Python whose path contains a space; use a virtualenv at a path without spaces",
-            file=sys.stderr,
-        )
+    from qkwh.compute.executors import check_local_interpreter
+    from qkwh.errors import QkwhError
+
+    try:
+        check_local_interpreter()  # the same refusal as `qkwh compute --executor ray`
+    except QkwhError as exc:
+        print(exc, file=sys.stderr)
         return 2
 
     import ray

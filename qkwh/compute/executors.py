@@ -201,7 +201,7 @@ def _ray_call(fn, item):
     return fn(item)
 
 
-def _check_local_interpreter() -> None:
+def check_local_interpreter() -> None:
     """Refuse to start a local Ray cluster from a Python whose path holds whitespace.
 
     Ray starts its worker processes from a command line it splits at spaces, so with such an
@@ -254,7 +254,7 @@ class RayExecutor:
             )
             if not where:
                 options["include_dashboard"] = False
-                _check_local_interpreter()
+                check_local_interpreter()
             try:
                 ray.init(address=address, **options)
             except (ConnectionError, RuntimeError, ValueError) as exc:
