@@ -220,6 +220,10 @@ def check_local_interpreter() -> None:
         )
 
 
+_CANCEL_ROUNDS = 30  # RayExecutor._cancel: how often a cancel is sent before giving up ...
+_CANCEL_ROUND_S = 1.0  # ... and how long each round waits for the tasks to settle
+
+
 class RayExecutor:
     """Tasks on a Ray cluster: ``address`` ``"auto"`` (the cluster this machine belongs to),
     ``"ray://host:port"`` (Ray Client) or ``host:port``; None starts a private local Ray unless
@@ -309,12 +313,26 @@ class RayExecutor:
             raise
 
     def _cancel(self) -> None:
-        for ref in self._pending:
-            try:
-                self._ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - already finished or gone with its node
-                pass
+        """Cancel every task still pending and wait until Ray has settled each one (cancelled,
+        or finished before the cancel reached it), at most ``_CANCEL_ROUNDS`` rounds of
+        ``_CANCEL_ROUND_S``.  A cancel that races a task's start on its worker can be lost (the
+        task then runs on), so each round sends it again to the tasks not yet settled."""
+        refs = list(self._pending)
         self._pending.clear()
+        for _ in range(_CANCEL_ROUNDS):
+            if not refs:
+                return
+            for ref in refs:
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - already finished or gone with its node
+                    pass
+            try:
+                _, refs = self._ray.wait(
+                    refs, num_returns=len(refs), timeout=_CANCEL_ROUND_S, fetch_local=False
+                )
+            except Exception:  # noqa: BLE001 - Ray itself is going away: nothing left to stop
+                return
 
     def close(self) -> None:
         self._cancel()

@@ -242,13 +242,18 @@ def test_stopping_the_caller_cancels_queued_and_running_tasks(cluster, tmp_path)
     """Tasks 1.. never finish on their own (they wait for a file), so no timing decides the
     outcome: every task submitted after the first must end cancelled, none may have finished
     (the checks are in ``ray_processes.cancel``, run as a driver of its own)."""
-    proc = subprocess.run(
-        [sys.executable, str(PROCESSES), "cancel", cluster, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_env(),
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(PROCESSES), "cancel", cluster, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=600,  # a last resort: the driver's watchdog reports a hang first
+            env=_env(),
+        )
+    except subprocess.TimeoutExpired as exc:
+        log = exc.stderr or b""  # (bytes: what was read before the timeout)
+        log = log.decode(errors="replace") if isinstance(log, bytes) else log
+        pytest.fail(f"the cancel driver did not end; its log:\n{log}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in tmp_path.glob("end-*")) == ["end-0"]
 
