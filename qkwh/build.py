@@ -133,6 +133,7 @@ def build(
             log_sink=log_sink,
             progress=progress,
             unit_tests=unit_tests,
+            prepared=build_id is not None,  # _start_build opened it with the schema applied
         )
     finally:
         if build_id is not None:
@@ -312,15 +313,18 @@ def _run_dbt(
     log_sink: LogSink | None,
     progress: ProgressCallback | None = None,
     unit_tests: bool = True,
+    prepared: bool = False,
 ) -> BuildResult:
     """Run dbt; when another process holds the warehouse as dbt opens it (before any node has
     run), wait for the file (up to :func:`qkwh.store.lock_wait`) and run dbt again.
     ``unit_tests`` False: the command excludes dbt's unit tests (progress neither plans nor
-    counts them)."""
+    counts them).  ``prepared``: the caller has just opened the warehouse for writing (which
+    applies the schema), so :func:`_prepare_warehouse` need not open it again."""
     from qkwh import store
 
     warehouse = warehouse.expanduser().resolve()
-    _prepare_warehouse(warehouse)
+    if not prepared:
+        _prepare_warehouse(warehouse)
     target_path = Path(target_dir).expanduser().resolve() if target_dir else None
     work = target_path.parent if target_path else dbt_work_dir(warehouse)
     target_path = target_path or work / "target"

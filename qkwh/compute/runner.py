@@ -24,7 +24,7 @@ from qkwh import store
 from qkwh.analyses import registry
 from qkwh.compute.executors import Executor, make_executor
 from qkwh.compute.frequencies import ROPE_ANALYSIS, load_rope_planes, unknown_frequency_warning
-from qkwh.compute.units import HeadUnit, code_version, plan
+from qkwh.compute.units import HeadUnit, balance_tail, code_version, plan
 from qkwh.compute.writer import (
     BatchWriter,
     check_result_tables,
@@ -353,6 +353,7 @@ def compute(
             if executor is not None and not isinstance(executor, str)
             else make_executor(n_workers, executor or "pool", ray_address)
         )
+        tasks = balance_tail(tasks, n_workers)
         # (model, layer, q_head, analysis, config_id) that already have rows
         writer = BatchWriter(
             wh,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import qkwh
@@ -109,6 +109,10 @@ class GroupTask:
     def n_heads(self) -> int:
         return len(self.heads)
 
+    def one_head(self, i: int) -> GroupTask:
+        """The task of head ``i`` alone (it reads the k file again)."""
+        return replace(self, heads=(self.heads[i],), analyses=(self.analyses[i],))
+
 
 def plan(
     units: list[HeadUnit],
@@ -156,3 +160,20 @@ def plan(
         )
         for (model_id, layer, _), g in groups.items()
     ]
+
+
+def balance_tail(tasks: list[GroupTask], workers: int) -> list[GroupTask]:
+    """``tasks`` in the order to hand them to ``workers`` workers: the largest first, and the
+    last ``workers`` of them split into one task per head.
+
+    A worker takes the next task when it is free, so the run ends with its last task: were that a
+    whole GQA group, one worker could still be busy with several heads while the others have
+    nothing left.  One-head tasks at the end keep that idle tail within about one head; each costs
+    one more read of its k file and of the key precomputations.  The results do not depend on the
+    order or the split (every head is computed from its own rows alone).
+    """
+    if workers <= 1 or len(tasks) <= workers:
+        return tasks
+    ordered = sorted(tasks, key=lambda t: t.n_heads, reverse=True)  # stable: plan order otherwise
+    whole, tail = ordered[:-workers], ordered[-workers:]
+    return whole + [t.one_head(i) for t in tail for i in range(t.n_heads)]

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from qkwh import store
 from qkwh.cli import app
 from qkwh.compute.runner import compute
+from qkwh.compute.units import GroupTask, HeadUnit, balance_tail
 from qkwh.config import load_run_config
 from qkwh.ingest import ingest
 from qkwh.params import RunConfig
@@ -331,3 +332,32 @@ def test_max_tokens_per_head_caps_q_and_k(tmp_path: Path):
         ).fetchall()
         == [(500,)] * N_HEADS
     )
+
+
+def _group(layer: int, k_head: int, n: int) -> GroupTask:
+    units = tuple(
+        HeadUnit("m", layer, k_head * n + i, k_head, f"q{i}", "k", "", "", 4096, 512, None)
+        for i in range(n)
+    )
+    return GroupTask(units, tuple((f"a{layer}{k_head}{i}",) for i in range(n)))
+
+
+def test_balance_tail_orders_largest_first_and_splits_the_last_tasks_into_heads():
+    tasks = [_group(0, 0, 2), _group(0, 1, 4), _group(1, 0, 3), _group(1, 1, 4), _group(1, 2, 1)]
+    out = balance_tail(tasks, 2)
+    # largest first (ties in plan order); the last two (2 heads and 1) become one task per head
+    assert [t.n_heads for t in out] == [4, 4, 3, 1, 1, 1]
+    assert [(t.heads[0].layer, t.heads[0].k_head) for t in out] == [
+        (0, 1),
+        (1, 1),
+        (1, 0),
+        (0, 0),
+        (0, 0),
+        (1, 2),
+    ]
+    # every head exactly once, still with its own analyses
+    pairs = [(u.key, a) for t in out for u, a in zip(t.heads, t.analyses)]
+    assert sorted(pairs) == sorted((u.key, a) for t in tasks for u, a in zip(t.heads, t.analyses))
+    # nothing to balance: one worker, or no more tasks than workers
+    assert balance_tail(tasks, 1) == tasks
+    assert balance_tail(tasks[:2], 2) == tasks[:2]
