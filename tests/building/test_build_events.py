@@ -70,14 +70,15 @@ class Reader:
 def _held_as_dbt_opens(monkeypatch, reader: Reader) -> None:
     """The reader takes the file right after the build's own checks, as dbt opens it (where
     `qkwh build` used to fail at once)."""
-    prepare = qbuild._prepare_warehouse
+    start = qbuild._start_build  # the build's last open of the file before dbt's
 
-    def prepare_then_hold(warehouse):
-        prepare(warehouse)
+    def start_then_hold(warehouse):
+        build_id = start(warehouse)
         if not reader.held:
             reader.hold()
+        return build_id
 
-    monkeypatch.setattr(qbuild, "_prepare_warehouse", prepare_then_hold)
+    monkeypatch.setattr(qbuild, "_start_build", start_then_hold)
 
 
 @pytest.fixture(scope="module")
