@@ -10,8 +10,9 @@ one process did) crashed once in Ray's own code under load.  Each driver here is
 ``python tests/compute/ray_processes.py cancel ADDRESS FOLDER``
     runs the cancellation case (see :func:`cancel`) against the cluster at ADDRESS; exits 0 when
     every check holds, else 1 with the failed check on stderr.  Each step is logged to stderr as
-    it starts, and a case still running after ``WATCHDOG_S`` prints the tasks as Ray sees them
-    and every thread's stack, then exits 2: a hang shows where it hung.
+    it starts, and a case still running after ``WATCHDOG_S`` prints Ray's nodes, its free
+    resources, the Ray worker processes and every thread's stack, then exits 2: a hang shows
+    where it hung.
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ class _Submissions:
         return ref
 
 
-def _step(what: str, t0: float = time.monotonic()) -> None:
-    print(f"[{time.monotonic() - t0:7.2f} s] {what}", file=sys.stderr, flush=True)
+_STARTED = time.monotonic()
+
+
+def _step(what: str) -> None:
+    print(f"[{time.monotonic() - _STARTED:7.2f} s] {what}", file=sys.stderr, flush=True)
 
 
 def _watchdog(seconds: float) -> threading.Timer:

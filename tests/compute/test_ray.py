@@ -273,3 +273,32 @@ def test_a_local_cluster_from_a_python_path_with_a_space_is_refused(monkeypatch)
     assert "/home/me/my projects/.venv/bin/python" in str(err.value)
     assert "\n" not in str(err.value)
     assert not ray.is_initialized()
+
+
+class _LossyRay:
+    """Stands in for the ``ray`` module in :meth:`RayExecutor._cancel`: ``lost[ref]`` cancels of
+    a task are lost (the task runs on) before one takes; ``wait`` reports the settled tasks."""
+
+    def __init__(self, lost: dict[str, float]):
+        self.lost, self.sent = lost, dict.fromkeys(lost, 0)
+
+    def cancel(self, ref: str, force: bool) -> None:
+        assert force
+        self.sent[ref] += 1
+
+    def wait(self, refs, num_returns, timeout, fetch_local):
+        done = [r for r in refs if self.sent[r] > self.lost[r]]
+        return done, [r for r in refs if r not in done]
+
+
+def test_a_lost_cancel_is_sent_again_until_ray_settles_the_task():
+    """Ray can lose a cancel that races a task's start: the executor sends it again to each task
+    not yet settled, and gives up after its rounds on a task that never settles."""
+    from qkwh.compute import executors
+
+    ex = executors.RayExecutor.__new__(executors.RayExecutor)  # no cluster: _cancel only
+    ex._ray = fake = _LossyRay({"queued": 0, "racing": 1, "stuck": float("inf")})
+    ex._pending = {"queued", "racing", "stuck"}
+    ex._cancel()
+    assert fake.sent == {"queued": 1, "racing": 2, "stuck": executors._CANCEL_ROUNDS}
+    assert ex._pending == set()
