@@ -243,6 +243,48 @@ def test_failing_test_is_named_in_the_error(synthetic_build, tmp_path):
     assert f"{checks.name} ({detail})" in message
 
 
+@pytest.mark.slow  # a build of its own
+def test_a_table_is_replaced_in_place_over_leftovers_and_a_view_of_its_name(
+    synthetic_build, tmp_path
+):
+    """The project's table materialization (macros/materializations/table.sql): leftovers of an
+    interrupted dbt-duckdb build (`<model>__dbt_tmp`, `<model>__dbt_backup`) are dropped, a view
+    holding the model's name is replaced by the table in one statement (no table built aside and
+    renamed in), and the build's provenance is recorded."""
+    wh = tmp_path / "leftovers.duckdb"
+    shutil.copy(synthetic_build.warehouse, wh)
+    con = duckdb.connect(str(wh))
+    models = con.execute("SELECT model_id FROM model_summary ORDER BY 1").fetchall()
+    con.execute("CREATE TABLE model_summary__dbt_tmp AS SELECT 1 AS x")
+    con.execute("CREATE TABLE model_summary__dbt_backup AS SELECT 1 AS x")
+    con.execute("DROP TABLE model_summary")
+    con.execute("CREATE VIEW model_summary AS SELECT 1 AS x")
+    con.close()
+    res = build_mod.build(
+        wh, select="model_summary", target_dir=tmp_path / "target", log_sink=lambda m: None
+    )
+    assert res.success
+    # one statement writes the table: nothing is built aside and renamed in (dbt's SQL log)
+    sql = (tmp_path / "logs" / "dbt.log").read_text().lower()
+    assert 'create or replace table "leftovers"."main"."model_summary"' in sql
+    assert "rename to" not in sql
+    con = duckdb.connect(str(wh), read_only=True)
+    try:
+        kinds = con.execute(
+            "SELECT table_name, table_type FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND table_name LIKE 'model_summary%'"
+        ).fetchall()
+        assert kinds == [("model_summary", "BASE TABLE")]
+        assert con.execute("SELECT model_id FROM model_summary ORDER BY 1").fetchall() == models
+        recorded = con.execute(
+            "SELECT r.build_id = b.build_id FROM mart_relations r, mart_builds b "
+            "WHERE r.relation = 'model_summary' AND b.build_id = (SELECT max(build_id) FROM mart_builds)"
+        ).fetchall()
+        assert recorded == [(True,)]
+    finally:
+        con.close()
+
+
 def test_registry_seed_is_byte_identical_to_configs_models_csv():
     seed = DBT_PROJECT_DIR / "seeds" / "model_registry.csv"
     assert seed.read_bytes() == REGISTRY_CSV.read_bytes()
