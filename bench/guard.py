@@ -98,7 +98,7 @@ def measure(heads: int, rows: int, workers: int, repeat: int, out: Path, log) ->
     # the commands run the qkwh this process imports (PYTHONPATH may point at another checkout)
     repo = Path(qkwh.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    qkwh = [sys.executable, "-c", "import sys; from qkwh.cli import app; sys.exit(app())"]
+    qkwh = [sys.executable, "-c", "from qkwh.cli import main; main()"]
     spec = ModelSpec(heads=heads, rows=rows)
     data, _ = ensure_dataset(spec, out, log)
     db, _ = fresh_ingest(spec, data, out)

@@ -1,5 +1,5 @@
 """``python -m qkwh.cli``: the same as the ``qkwh`` command."""
 
-from qkwh.cli import app
+from qkwh.cli import main
 
-app(prog_name="qkwh")
+main()
