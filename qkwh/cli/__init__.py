@@ -143,7 +143,9 @@ def main(args: list[str] | None = None) -> None:
     (:func:`gc.freeze`): shutdown would otherwise walk the whole heap, which after `qkwh build`
     holds dbt's parsed project (about a second of a corpus build).  Memory goes back to the
     system with the process either way; qkwh closes its warehouse connections itself, and a
-    DuckDB commit is durable when it returns.
+    DuckDB commit is durable when it returns.  Meant as a process's last call: a Python program
+    that goes on afterwards calls ``app`` (or the library) instead, as frozen objects are never
+    collected.
     """
     import gc
 
